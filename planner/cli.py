@@ -1,0 +1,84 @@
+"""The `planner` command line: the one place that turns errors into messages and exit codes.
+
+Each sub-command lives in ``planner/commands/<name>.py`` and exposes
+``add_parser(subparsers)`` and ``handle(args, console) -> int``.  Handlers raise the
+packages' own exceptions; this module catches them once, prints one clear message and
+exits 2, so a user never sees a traceback for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from rich.console import Console
+from rich.markup import escape
+
+from planner import __version__
+from planner.errors import PlannerError
+from pricing.errors import PricingError
+
+# Sub-commands in the order --help lists them; imported lazily so `planner quote`
+# never pays for torch or the cloud SDKs.
+COMMANDS = ("quote", "run", "status", "report", "prices", "bench", "simulate", "capacity")
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [PlannerError, PricingError]
+    try:  # runtime pulls in nothing heavy at import time, but may be absent in slim installs
+        from runtime.errors import RuntimeFailure
+
+        errors.append(RuntimeFailure)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="planner",
+        description=(
+            "danlu: plan, run and account deep-learning training on GPU clouds. "
+            "Quote the cheapest way to finish a job before its deadline, run it on spot "
+            "capacity that survives preemption, and get budget alerts."
+        ),
+        epilog="Run 'planner COMMAND --help' for the options of each command.",
+    )
+    parser.add_argument("--version", action="version", version=f"danlu {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"planner.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"planner.commands.{name}":
+                raise
+            continue
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return EXIT_USAGE
+    console = Console(stderr=False, highlight=False, soft_wrap=True)
+    errors = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        return int(args.handler(args, console) or EXIT_OK)
+    except _user_errors() as exc:
+        errors.print(f"[bold red]error:[/] {escape(str(exc))}")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        errors.print("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""pricing: what GPU capacity costs and how fast it trains (depends on neither planner nor runtime)."""

@@ -1,0 +1,1 @@
+"""runtime: executes plans (training session, checkpoints, controller, providers)."""
