@@ -1,0 +1,209 @@
+"""The MILP: which configurations to run, for how long, in which order.
+
+Variables, per candidate configuration k (a pool at a node count):
+``h_k >= 0`` expected wall hours on k, ``y_k`` in {0,1} (k is a phase of the plan),
+``f_k`` in {0,1} (k is the first phase), ``u_c`` in {0,1} (a phase of purchase class c
+is used).  A plan is a sequence of at most ``max_phases`` phases, run one after the
+other (a DDP job runs on one homogeneous pool at a time), ordered held reservations,
+then new reservations, then spot, then on-demand: the on-demand phase is the fallback
+that keeps the deadline safe.
+
+    work       sum rate_k h_k                      >= W
+    link       h_k                                  <= (W / rate_k, or the term) y_k
+    deadline   sum p90_k h_k + R sum (y_k - f_k)    <= D        (P90 wall time)
+    budget     sum burn_k h_k + fixed_k y_k + R burn_k (y_k - f_k) <= B
+    first      sum f_k = 1,  f_k <= y_k,  f_k + u_c <= 1 for classes c before k's,  y_k <= u_class(k)
+    phases     sum y_k <= max_phases
+
+Every phase after the first pays a switch of R hours (restart and checkpoint load) at its
+own burn rate.  Objectives: expected cost; expected hours (time); kg CO2e (carbon); the
+latter two break ties by cost.  HiGHS solves it, CBC is the fallback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import pulp
+
+from planner.errors import SolverError
+from planner.pools import HELD, Config
+
+PURCHASE_CLASS = {HELD: 0, "reserved_1y": 1, "reserved_3y": 1, "spot": 2, "on_demand": 3}
+TIE_BREAK = 1e-6
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    deadline_hours: float | None = None
+    budget_usd: float | None = None
+    switch_hours: float = 0.0
+    max_phases: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    config: Config
+    hours: float  # expected wall hours, the switch into this phase included
+    switch_hours: float
+
+    @property
+    def cost(self) -> float:
+        return self.config.burn * self.hours + self.config.fixed_usd
+
+    @property
+    def work_hours(self) -> float:
+        return self.hours - self.switch_hours
+
+
+@dataclass(frozen=True, slots=True)
+class Solution:
+    phases: tuple[Phase, ...]
+
+    @property
+    def cost(self) -> float:
+        return sum(p.cost for p in self.phases)
+
+    @property
+    def hours(self) -> float:
+        return sum(p.hours for p in self.phases)
+
+    @property
+    def p90_hours(self) -> float:
+        return sum(p.work_hours * p.config.p90_factor + p.switch_hours for p in self.phases)
+
+    @property
+    def kg_co2e(self) -> float:
+        return sum(p.config.kg_per_hour * p.hours for p in self.phases)
+
+    @property
+    def families(self) -> frozenset[tuple[str, str, str, str]]:
+        return frozenset(p.config.family for p in self.phases)
+
+
+def solve(
+    configs: list[Config],
+    work: float,
+    limits: Limits,
+    objective: str = "cost",
+    *,
+    exclude_families: Iterable[frozenset] = (),
+) -> Solution | None:
+    """The best plan, or ``None`` when no plan satisfies the limits."""
+    if not configs or work <= 0:
+        return None
+    prob = pulp.LpProblem("danlu_plan", pulp.LpMinimize)
+    idx = range(len(configs))
+    h = [pulp.LpVariable(f"h{k}", lowBound=0) for k in idx]
+    y = [pulp.LpVariable(f"y{k}", cat=pulp.LpBinary) for k in idx]
+    f = [pulp.LpVariable(f"f{k}", cat=pulp.LpBinary) for k in idx]
+    classes = sorted({PURCHASE_CLASS[c.purchase] for c in configs})
+    u = {c: pulp.LpVariable(f"u{c}", cat=pulp.LpBinary) for c in classes}
+    R = limits.switch_hours
+
+    cost = pulp.lpSum(
+        c.burn * h[k] + c.fixed_usd * y[k] + R * c.burn * (y[k] - f[k]) for k, c in enumerate(configs)
+    )
+    hours = pulp.lpSum(h) + R * pulp.lpSum(y[k] - f[k] for k in idx)
+    p90_hours = pulp.lpSum(c.p90_factor * h[k] for k, c in enumerate(configs)) + R * pulp.lpSum(
+        y[k] - f[k] for k in idx
+    )
+    if objective == "cost":
+        prob += cost
+    elif objective == "time":
+        prob += hours + TIE_BREAK * cost
+    elif objective == "carbon":
+        prob += (
+            pulp.lpSum(c.kg_per_hour * (h[k] + R * (y[k] - f[k])) for k, c in enumerate(configs))
+            + TIE_BREAK * cost
+        )
+    else:
+        raise ValueError(f"unknown objective {objective!r}")
+
+    prob += pulp.lpSum(c.rate * h[k] for k, c in enumerate(configs)) >= work, "work"
+    for k, c in enumerate(configs):
+        cap = work / c.rate
+        if c.max_hours is not None:
+            cap = min(cap, c.max_hours)
+        prob += h[k] <= cap * y[k], f"link{k}"
+        prob += f[k] <= y[k], f"first_used{k}"
+        cls = PURCHASE_CLASS[c.purchase]
+        prob += y[k] <= u[cls], f"class{k}"
+        for earlier in (e for e in classes if e < cls):
+            prob += f[k] + u[earlier] <= 1, f"order{k}_{earlier}"
+    prob += pulp.lpSum(f) == 1, "one_first"
+    prob += pulp.lpSum(y) <= limits.max_phases, "phases"
+    if limits.deadline_hours is not None:
+        prob += p90_hours <= limits.deadline_hours, "deadline"
+    if limits.budget_usd is not None:
+        prob += cost <= limits.budget_usd, "budget"
+    for i, fam in enumerate(exclude_families):
+        members = [y[k] for k, c in enumerate(configs) if c.family in fam]
+        if members:
+            prob += pulp.lpSum(members) <= 0, f"exclude{i}"
+
+    status = _run(prob)
+    if status != pulp.LpStatusOptimal:
+        return None
+    phases = []
+    for k, c in enumerate(configs):
+        if (y[k].value() or 0) > 0.5 and (h[k].value() or 0) > 1e-9:
+            switch = R * (1 - round(f[k].value() or 0))
+            phases.append(Phase(config=c, hours=h[k].value() + switch, switch_hours=switch))
+    phases.sort(key=lambda p: (p.switch_hours > 0, PURCHASE_CLASS[p.config.purchase], -p.config.burn))
+    return Solution(tuple(phases))
+
+
+@contextlib.contextmanager
+def _quiet_stdout():
+    """HiGHS prints a banner from C++ on first use, straight to fd 1; `--json` output must stay clean."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):  # no real fd 1 (e.g. embedded interpreters): nothing to protect
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _run(prob: pulp.LpProblem) -> int:
+    errors = []
+    for solver in _solvers():
+        try:
+            with _quiet_stdout():
+                prob.solve(solver)
+        except pulp.PulpSolverError as exc:  # a broken solver install: try the next one
+            errors.append(f"{solver.name}: {exc}")
+            continue
+        status = prob.status
+        if status == pulp.LpStatusOptimal or status == pulp.LpStatusInfeasible:
+            return status
+        if status == pulp.LpStatusUnbounded:
+            raise SolverError("the plan model is unbounded; this is a bug, please report it with the job file")
+        errors.append(f"{solver.name}: status {pulp.LpStatus[status]}")
+    if all("status Not Solved" in e or "status Undefined" in e for e in errors):
+        return pulp.LpStatusInfeasible
+    raise SolverError("no MILP solver could solve the plan: " + "; ".join(errors))
+
+
+def _solvers() -> list[pulp.LpSolver]:
+    solvers = []
+    highs = pulp.HiGHS(msg=False, gapRel=1e-7, gapAbs=1e-6)
+    if highs.available():
+        solvers.append(highs)
+    cbc = pulp.PULP_CBC_CMD(msg=False, gapRel=1e-7)
+    if cbc.available():
+        solvers.append(cbc)
+    if not solvers:
+        raise SolverError("no MILP solver found: install highspy (`pip install highspy`) or PuLP's bundled CBC")
+    return solvers
