@@ -1,0 +1,206 @@
+"""The catalogs danlu reads from disk: the embedded snapshot, offerings CSV files, imports.
+
+An *offerings CSV* has exactly the fields of :class:`~pricing.catalog.Offering` as its
+header, in order (``cloud,region,zone,...,as_of,source``); an empty cell is ``None``.
+It is the format of the embedded snapshot (``pricing/embedded/offerings.csv``, compiled
+by ``tools/build_embedded_catalog.py``) and of ``planner prices import``, whose files
+land in :func:`imported_dir` and are merged over the snapshot by
+:func:`load_local_catalog`.
+
+``--catalog PATH`` on the command line means :func:`load_catalog_path`: a directory is
+a SkyPilot catalog (``<cloud>/vms*.csv``), a ``.csv`` file is an offerings CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime as dt
+import functools
+import io
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from pricing.catalog import Catalog, Offering
+from pricing.errors import CatalogFormatError
+from pricing.skypilot import read_skypilot_catalog
+
+EMBEDDED_OFFERINGS = Path(__file__).resolve().parent / "embedded" / "offerings.csv"
+
+OFFERING_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Offering))
+"""The offerings CSV header: every :class:`Offering` field, in declaration order."""
+
+_OPTIONAL = {"zone", "on_demand", "spot", "reserved_1y", "reserved_3y", "interruption_rate", "interruption_bucket"}
+
+
+def _text(value: str) -> str:
+    return value
+
+
+def _count(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise ValueError("must be at least 1")
+    return number
+
+
+def _amount(value: str) -> float:
+    number = float(value)
+    if not number >= 0:  # also rejects NaN
+        raise ValueError("must be a non-negative number")
+    return number
+
+
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    name: _text for name in ("cloud", "region", "zone", "instance_type", "gpu", "interruption_bucket", "source")
+} | {
+    "gpus_per_node": _count,
+    "as_of": dt.date.fromisoformat,
+    **{name: _amount for name in ("gpu_memory_gb", "vcpus", "memory_gb", "on_demand", "spot", "reserved_1y",
+                                  "reserved_3y", "interruption_rate")},
+}
+_HINTS = {"gpus_per_node": "a whole number >= 1", "as_of": "an ISO date such as 2026-11-30"}
+
+
+def read_offerings_csv(path: str | Path) -> list[Offering]:
+    """Offerings from an offerings CSV file; errors name the file, line and column."""
+    path = Path(path)
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            header = next(reader, None)
+            if header is None or tuple(h.strip() for h in header) != OFFERING_COLUMNS:
+                raise CatalogFormatError(
+                    f"{path}:1: header must be exactly {','.join(OFFERING_COLUMNS)} (the Offering fields); "
+                    f"got {','.join(header or [])!r}"
+                )
+            return [_offering(path, reader.line_num, row) for row in reader if row]
+    except OSError as exc:
+        raise CatalogFormatError(f"{path}: cannot read the offerings CSV ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise CatalogFormatError(f"{path}: not UTF-8 text ({exc.reason}); re-save it as UTF-8") from None
+    except csv.Error as exc:
+        raise CatalogFormatError(f"{path}: {exc}; fix the CSV quoting") from None
+
+
+def _offering(path: Path, line: int, row: list[str]) -> Offering:
+    if len(row) != len(OFFERING_COLUMNS):
+        raise CatalogFormatError(f"{path}:{line}: {len(row)} fields, but the header has {len(OFFERING_COLUMNS)}")
+    values: dict[str, Any] = {}
+    for column, cell in zip(OFFERING_COLUMNS, row):
+        cell = cell.strip()
+        if not cell:
+            if column not in _OPTIONAL and column != "source":
+                raise CatalogFormatError(f"{path}:{line}: column {column!r} is empty; it is required")
+            values[column] = "" if column == "source" else None
+            continue
+        try:
+            values[column] = _PARSERS[column](cell)
+        except ValueError:
+            hint = _HINTS.get(column, "a non-negative number" if _PARSERS[column] is _amount else "text")
+            raise CatalogFormatError(f"{path}:{line}: column {column!r}: {cell!r} is not {hint}") from None
+    return Offering(**values)
+
+
+def write_offerings_csv(path: str | Path, offerings: Iterable[Offering]) -> Path:
+    """Write ``offerings`` as an offerings CSV, atomically (see :func:`write_text_atomic`)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(OFFERING_COLUMNS)
+    for o in offerings:
+        writer.writerow(_cell(getattr(o, column)) for column in OFFERING_COLUMNS)
+    return write_text_atomic(path, buffer.getvalue())
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Replace ``path`` with ``text`` so readers see the old or the new file, never a torn one.
+
+    Writes a temp file in the same directory, fsyncs it, sets mode 0644 and renames it
+    over ``path``; parent directories are created.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return  # directories cannot be opened on some platforms (Windows); the rename is still atomic
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return str(value)
+
+
+@functools.lru_cache(maxsize=1)
+def load_embedded_catalog() -> Catalog:
+    """The snapshot shipped with danlu, origin ``"embedded snapshot <newest as_of>"``."""
+    offerings = read_offerings_csv(EMBEDDED_OFFERINGS)
+    newest = max(o.as_of for o in offerings)
+    return Catalog.of(offerings, origin=f"embedded snapshot {newest.isoformat()}")
+
+
+def load_catalog_path(path: str | Path) -> Catalog:
+    """The catalog at ``path``: a SkyPilot catalog directory or an offerings ``.csv`` file."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        return read_skypilot_catalog(path)
+    if path.is_file() and path.suffix.lower() == ".csv":
+        return Catalog.of(read_offerings_csv(path), origin=str(path))
+    if not path.exists():
+        raise CatalogFormatError(f"{path}: no such file or directory; --catalog takes a SkyPilot catalog "
+                                 "directory (<cloud>/vms.csv) or an offerings .csv file")
+    raise CatalogFormatError(f"{path}: not a directory or a .csv file; --catalog takes a SkyPilot catalog "
+                             "directory (<cloud>/vms.csv) or an offerings .csv file")
+
+
+def data_dir() -> Path:
+    """danlu's per-user data directory: ``$DANLU_DATA_DIR``, else the platform's user data dir."""
+    override = os.environ.get("DANLU_DATA_DIR")
+    return Path(override).expanduser() if override else Path(platformdirs.user_data_dir("danlu"))
+
+
+def imported_dir() -> Path:
+    """Where ``planner prices import`` writes offerings CSV files."""
+    return data_dir() / "imported"
+
+
+def load_local_catalog() -> Catalog:
+    """The embedded snapshot with every imported offerings CSV merged over it.
+
+    Imports are applied in file-name order; a row replaces the snapshot's row with the
+    same (cloud, region, zone, instance type) unless it is older.
+    """
+    catalog = load_embedded_catalog()
+    folder = imported_dir()
+    if folder.is_dir():
+        for file in sorted(folder.glob("*.csv")):
+            catalog = catalog.merged_with(Catalog.of(read_offerings_csv(file), origin=f"import {file.name}"))
+    return catalog
