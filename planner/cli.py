@@ -68,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_USAGE
-    console = Console(stderr=False, highlight=False, soft_wrap=True)
+    # Piped output keeps a readable table width instead of rich's 80-column fallback.
+    width = None if sys.stdout.isatty() else 120
+    console = Console(stderr=False, highlight=False, width=width)
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         return int(args.handler(args, console) or EXIT_OK)

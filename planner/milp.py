@@ -16,8 +16,8 @@ that keeps the deadline safe.
     phases     sum y_k <= max_phases
 
 Every phase after the first pays a switch of R hours (restart and checkpoint load) at its
-own burn rate.  Objectives: expected cost; expected hours (time); kg CO2e (carbon); the
-latter two break ties by cost.  HiGHS solves it, CBC is the fallback.
+own burn rate.  Objectives: expected cost; expected hours (time); P90 hours (p90_time, for
+deadline relaxations); kg CO2e (carbon); all but cost break ties by cost.  HiGHS solves it, CBC is the fallback.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -98,11 +99,12 @@ def solve(
         return None
     prob = pulp.LpProblem("danlu_plan", pulp.LpMinimize)
     idx = range(len(configs))
-    h = [pulp.LpVariable(f"h{k}", lowBound=0) for k in idx]
-    y = [pulp.LpVariable(f"y{k}", cat=pulp.LpBinary) for k in idx]
-    f = [pulp.LpVariable(f"f{k}", cat=pulp.LpBinary) for k in idx]
+    var = _variable_factory(prob)
+    h = [var(f"h{k}", 0, None, pulp.LpContinuous) for k in idx]
+    y = [var(f"y{k}", 0, 1, pulp.LpBinary) for k in idx]
+    f = [var(f"f{k}", 0, 1, pulp.LpBinary) for k in idx]
     classes = sorted({PURCHASE_CLASS[c.purchase] for c in configs})
-    u = {c: pulp.LpVariable(f"u{c}", cat=pulp.LpBinary) for c in classes}
+    u = {c: var(f"u{c}", 0, 1, pulp.LpBinary) for c in classes}
     R = limits.switch_hours
 
     cost = pulp.lpSum(
@@ -116,6 +118,8 @@ def solve(
         prob += cost
     elif objective == "time":
         prob += hours + TIE_BREAK * cost
+    elif objective == "p90_time":
+        prob += p90_hours + TIE_BREAK * cost
     elif objective == "carbon":
         prob += (
             pulp.lpSum(c.kg_per_hour * (h[k] + R * (y[k] - f[k])) for k, c in enumerate(configs))
@@ -156,6 +160,13 @@ def solve(
             phases.append(Phase(config=c, hours=h[k].value() + switch, switch_hours=switch))
     phases.sort(key=lambda p: (p.switch_hours > 0, PURCHASE_CLASS[p.config.purchase], -p.config.burn))
     return Solution(tuple(phases))
+
+
+def _variable_factory(prob: pulp.LpProblem):
+    """PuLP >= 3.3 attaches variables to the model (the old constructor is deprecated)."""
+    if hasattr(prob, "add_variable"):
+        return lambda name, lo, hi, cat: prob.add_variable(name, lo, hi, cat=cat)
+    return lambda name, lo, hi, cat: pulp.LpVariable(name, lo, hi, cat=cat)
 
 
 @contextlib.contextmanager
@@ -201,9 +212,16 @@ def _solvers() -> list[pulp.LpSolver]:
     highs = pulp.HiGHS(msg=False, gapRel=1e-7, gapAbs=1e-6)
     if highs.available():
         solvers.append(highs)
-    cbc = pulp.PULP_CBC_CMD(msg=False, gapRel=1e-7)
-    if cbc.available():
-        solvers.append(cbc)
+    for name in ("COIN_CMD", "PULP_CBC_CMD"):  # PuLP 4 keeps only COIN_CMD (pulp[cbc])
+        factory = getattr(pulp, name, None)
+        if factory is None:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            cbc = factory(msg=False, gapRel=1e-7)
+        if cbc.available():
+            solvers.append(cbc)
+            break
     if not solvers:
         raise SolverError("no MILP solver found: install highspy (`pip install highspy`) or PuLP's bundled CBC")
     return solvers

@@ -1,0 +1,272 @@
+"""`planner prices`: look at the price catalog and bring in other catalogs.
+
+``prices show`` lists offerings cheapest GPU-hour first, as a table or ``--json``;
+``prices import --format skypilot PATH`` reads a SkyPilot catalog directory, checks it,
+and stores it as an offerings CSV in danlu's data directory, where ``planner quote`` and
+``prices show`` merge it over the embedded snapshot.  ``prices refresh`` (live prices)
+is added by :mod:`planner.commands.prices_refresh` when that module is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import re
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from pricing.catalog import PURCHASE_OPTIONS, Catalog, CatalogFilter, Offering
+from pricing.embedded_catalog import imported_dir, load_catalog_path, load_local_catalog, write_offerings_csv
+from pricing.errors import CatalogFormatError
+from pricing.risk import interruption_rate
+from pricing.skypilot import scan_skypilot_catalog
+
+try:
+    from planner.commands import prices_refresh
+except ImportError:
+    prices_refresh = None
+
+DEFAULT_TABLE_ROWS = 50
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "prices",
+        help="show, import and refresh GPU prices",
+        description="Show the GPU offerings danlu knows (embedded snapshot, imports, live cache), "
+        "import a SkyPilot catalog, or refresh prices from the clouds.",
+    )
+    parser.set_defaults(handler=lambda args, console: _usage(parser, console))
+    sub = parser.add_subparsers(dest="prices_command", metavar="ACTION")
+
+    show = sub.add_parser(
+        "show",
+        help="list offerings, cheapest GPU-hour first",
+        description="List GPU offerings sorted by price per GPU-hour (on-demand, or the --purchase option). "
+        "Without --catalog: the embedded snapshot with imported catalogs and cached live prices over it.",
+    )
+    show.add_argument("--catalog", metavar="PATH",
+                      help="a SkyPilot catalog directory (<cloud>/vms.csv) or an offerings .csv file")
+    show.add_argument("--gpu", action="append", default=[], metavar="G",
+                      help="only this GPU (canonical name such as A100, A100-80GB, H100); repeatable")
+    show.add_argument("--cloud", action="append", default=[], metavar="C", help="only this cloud; repeatable")
+    show.add_argument("--region", action="append", default=[], metavar="GLOB",
+                      help="only regions matching this glob, e.g. 'us-*'; repeatable")
+    show.add_argument("--purchase", choices=PURCHASE_OPTIONS,
+                      help="only offerings sold this way, sorted by that price (default: sort by on-demand)")
+    show.add_argument("--limit", type=int, metavar="N",
+                      help=f"at most N rows (default: {DEFAULT_TABLE_ROWS} in the table, all with --json; 0 = all)")
+    show.add_argument("--json", action="store_true", help="print a JSON list of offerings instead of a table")
+    show.set_defaults(handler=handle)
+
+    imp = sub.add_parser(
+        "import",
+        help="import a SkyPilot catalog directory",
+        description="Read a SkyPilot v8 catalog directory (<cloud>/vms.csv, e.g. ~/.sky/catalogs/v8), check it, "
+        "and store its GPU offerings as an offerings CSV that quotes and 'prices show' merge over the "
+        "embedded snapshot.  The store is $DANLU_DATA_DIR/imported (default: the platform's user data dir).",
+    )
+    imp.add_argument("path", metavar="PATH", help="the catalog directory")
+    imp.add_argument("--format", choices=("skypilot",), default="skypilot", help="catalog format (default: skypilot)")
+    imp.add_argument("--into", metavar="DIR", help="write the offerings CSV here instead of the data directory")
+    imp.add_argument("--as-of", type=_date, metavar="YYYY-MM-DD",
+                     help="the date the catalog's prices stand for (default: the documented date of a known "
+                     "snapshot, else today)")
+    imp.set_defaults(handler=handle)
+
+    if prices_refresh is not None:
+        prices_refresh.add_parser(sub)
+
+
+def handle(args: argparse.Namespace, console: Console) -> int:
+    if args.prices_command == "import":
+        return _import(args, console)
+    return _show(args, console)
+
+
+def _usage(parser: argparse.ArgumentParser, console: Console) -> int:
+    console.print(escape(parser.format_help()))
+    return 2
+
+
+def _date(text: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date like 2026-11-30") from None
+
+
+def _show(args: argparse.Namespace, console: Console) -> int:
+    catalog = load_catalog_path(args.catalog) if args.catalog else _default_catalog()
+    rows = select(catalog, gpus=args.gpu, clouds=args.cloud, regions=args.region, purchase=args.purchase)
+    limit = args.limit if args.limit is not None else (0 if args.json else DEFAULT_TABLE_ROWS)
+    shown = rows[:limit] if limit > 0 else rows
+    if args.json:
+        console.out(json.dumps([offering_json(o) for o in shown], indent=1), highlight=False)
+        return 0
+    if not rows:
+        console.print(f"No offerings match in {escape(catalog.origin)}.")
+        return 0
+    console.print(price_table(shown, args.purchase, title=catalog.origin))
+    if len(shown) < len(rows):
+        console.print(f"{len(rows) - len(shown)} more rows; use --limit 0 to see all, or filter with --gpu/--cloud/--region.")
+    return 0
+
+
+def _default_catalog() -> Catalog:
+    try:
+        from pricing.sources import resolve_catalog
+    except ImportError:  # without the live-price cache module, show what is on disk
+        return load_local_catalog()
+    return resolve_catalog()
+
+
+def select(
+    catalog: Catalog,
+    *,
+    gpus: list[str] | None = None,
+    clouds: list[str] | None = None,
+    regions: list[str] | None = None,
+    purchase: str | None = None,
+) -> list[Offering]:
+    """Offerings matching the filters, cheapest per GPU-hour first.
+
+    With ``purchase`` only offerings sold that way, sorted by that price; otherwise
+    sorted by on-demand price, with offerings that have none after them.
+    """
+    flt = CatalogFilter(clouds=tuple(c.lower() for c in clouds or ()), region_globs=tuple(regions or ()),
+                        gpus=tuple(gpus or ()))
+    rows = list(catalog.filter(flt))
+    if purchase is not None:
+        rows = [o for o in rows if o.price(purchase) is not None]
+    return sorted(rows, key=lambda o: _sort_key(o, purchase))
+
+
+def _sort_key(o: Offering, purchase: str | None) -> tuple[bool, float, str, str, str]:
+    price = _sort_price(o, purchase)
+    return (o.on_demand is None and purchase is None, price / o.gpus_per_node, o.cloud, o.location, o.instance_type)
+
+
+def _sort_price(o: Offering, purchase: str | None) -> float:
+    if purchase is not None:
+        return o.price(purchase)  # type: ignore[return-value]  # select() dropped rows without it
+    return next(p for p in (o.on_demand, o.spot, o.reserved_1y, o.reserved_3y) if p is not None)
+
+
+def offering_json(o: Offering) -> dict[str, object]:
+    """An offering as a JSON object: its fields, with the date as an ISO string."""
+    data = dataclasses.asdict(o)
+    data["as_of"] = o.as_of.isoformat()
+    return data
+
+
+def price_table(rows: list[Offering], purchase: str | None, title: str) -> Table:
+    """A rich table of offerings with their prices, the sort price per GPU-hour and spot risk.
+
+    Prices never shrink (a clipped price misleads); names do when the terminal is narrow.
+    The 1y/3y and zone columns appear only when some row has a value there, and a date
+    shared by every row goes into the title instead of a column.
+    """
+    dates = sorted({o.as_of for o in rows})
+    if len(dates) == 1:
+        title = f"{title} — prices as of {dates[0].isoformat()}"
+    columns: list[tuple[str, Callable[[Offering], str]]] = [
+        ("cloud", lambda o: o.cloud),
+        ("region", lambda o: o.region),
+    ]
+    if any(o.zone for o in rows):
+        columns.append(("zone", lambda o: o.zone or ""))
+    columns += [
+        ("instance type", lambda o: escape(o.instance_type)),
+        ("GPU×n", lambda o: f"{o.gpu}×{o.gpus_per_node}"),
+        ("mem", lambda o: f"{o.gpu_memory_gb:g}G"),
+    ]
+    numeric_from = len(columns)
+    for option in _PRICE_HEADERS:
+        if option in ("on_demand", "spot") or any(o.price(option) is not None for o in rows):
+            columns.append((_PRICE_HEADERS[option], lambda o, option=option: _money(o.price(option))))
+    sort_header = "$/GPU-h" if purchase in (None, "on_demand") else f"$/GPU-h {_PRICE_HEADERS[purchase]}"
+    columns.append((sort_header, lambda o: _money(_sort_price(o, purchase) / o.gpus_per_node)))
+    numeric_to = len(columns)
+    columns.append(("spot risk/h", _risk))
+    if len(dates) > 1:
+        columns.append(("as of", lambda o: o.as_of.isoformat()))
+
+    cells = [[render(o) for _, render in columns] for o in rows]
+    table = Table(title=escape(title), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
+                  padding=(0, 1, 0, 0), pad_edge=False)
+    for i, (header, _) in enumerate(columns):
+        numeric = numeric_from <= i < numeric_to
+        fixed = i >= numeric_from - 2  # GPU, memory, prices, risk and date keep their full width
+        width = max([len(header)] + [len(row[i]) for row in cells]) if fixed else None
+        table.add_column(header, justify="right" if numeric else "left", no_wrap=True, min_width=width)
+    for row in cells:
+        table.add_row(*row)
+    return table
+
+
+_PRICE_HEADERS = {"on_demand": "on-demand", "spot": "spot", "reserved_1y": "1y", "reserved_3y": "3y"}
+
+
+def _money(value: float | None) -> str:
+    if value is None:
+        return ""
+    return f"{value:,.2f}" if value >= 10 else f"{value:.3f}"
+
+
+def _risk(o: Offering) -> str:
+    if o.spot is None:
+        return ""
+    if o.interruption_rate is not None:
+        label = "measured"
+    elif o.interruption_bucket:
+        label = escape(o.interruption_bucket)
+    else:
+        label = "default"
+    return f"{interruption_rate(o):.2f} {label}"
+
+
+def _import(args: argparse.Namespace, console: Console) -> int:
+    source = Path(args.path).expanduser()
+    scan = scan_skypilot_catalog(source, as_of=args.as_of)
+    if not scan.offerings:
+        raise CatalogFormatError(
+            f"{source}: no GPU offerings found in {len(scan.files)} file(s) "
+            f"(skipped: {_counts(scan.skipped) or 'nothing'}); is this a SkyPilot catalog with GPU rows?"
+        )
+    target_dir = Path(args.into).expanduser() if args.into else imported_dir()
+    target = write_offerings_csv(target_dir / f"skypilot-{_slug(source)}.csv", scan.offerings)
+
+    table = Table(title=f"Imported {len(scan.offerings)} offerings from {escape(str(source))}",
+                  title_justify="left", header_style="bold")
+    for column in ("cloud", "rows", "regions", "GPUs", "as of", "source"):
+        table.add_column(column)
+    for cloud in sorted({o.cloud for o in scan.offerings}):
+        mine = [o for o in scan.offerings if o.cloud == cloud]
+        table.add_row(
+            cloud, str(len(mine)), str(len({o.region for o in mine})),
+            ", ".join(sorted({o.gpu for o in mine})),
+            ", ".join(sorted({o.as_of.isoformat() for o in mine})), escape(mine[0].source),
+        )
+    console.print(table)
+    if scan.skipped:
+        console.print(f"Skipped rows: {escape(_counts(scan.skipped))}")
+    console.print(f"Wrote {escape(str(target))}")
+    return 0
+
+
+def _counts(counter: Counter[str]) -> str:
+    return ", ".join(f"{reason} {n}" for reason, n in counter.most_common())
+
+
+def _slug(path: Path) -> str:
+    name = path.resolve().name or "catalog"
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "catalog"

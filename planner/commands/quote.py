@@ -1,0 +1,87 @@
+"""`planner quote JOB`: the cheapest (or fastest, or greenest) plan that meets the job's constraints."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+
+from planner.job import load_job
+from planner.quote import make_quote
+from planner.report import plot_frontier, quote_json, render_quote
+from pricing.sources import resolve_catalog
+
+EXIT_INFEASIBLE = 2
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "quote",
+        help="plan a job: instance types, regions, nodes and the spot/on-demand/reserved mix",
+        description=(
+            "Solve a MILP over cloud prices and throughput benchmarks for the plan that finishes the job "
+            "before its deadline and within its budget. Prints the plan, its cost lines (compute, "
+            "checkpoint writes, preemption recovery), time and risk, the runner-up and the cost-vs-time "
+            "frontier. Exit code 2 when the job is invalid or infeasible (with the smallest relaxation)."
+        ),
+    )
+    p.add_argument("job", metavar="JOB", help="path of the job.toml file")
+    p.add_argument("--catalog", metavar="PATH",
+                   help="price catalog: a SkyPilot v8 catalog directory (<cloud>/*.csv) or an offerings CSV; "
+                        "default: the embedded snapshot merged with `planner prices refresh`/`import` data")
+    p.add_argument("--json", action="store_true", help="print one JSON object (see README) instead of tables")
+    p.add_argument("--top", type=int, default=3, metavar="N", help="number of alternatives to show (default 3)")
+    p.add_argument("--objective", choices=("cost", "time", "carbon"),
+                   help="override the job's [objective] minimize")
+    p.add_argument("--plot", metavar="PNG", help="write the cost-vs-time frontier as a PNG")
+    p.add_argument("--no-cache", action="store_true", help="ignore the local price cache and imported catalogs")
+    p.add_argument("--max-price-age", type=float, default=float(os.environ.get("DANLU_MAX_PRICE_AGE_DAYS", 30)),
+                   metavar="DAYS", help="warn when the prices are older than this (default 30, env "
+                                        "DANLU_MAX_PRICE_AGE_DAYS)")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace, console: Console) -> int:
+    job = load_job(args.job)
+    if args.objective:
+        job = job.with_changes(objective={"minimize": args.objective})
+    if args.top < 0:
+        raise SystemExit("--top must be >= 0")
+    catalog = resolve_catalog(args.catalog, use_cache=not args.no_cache)
+    quote = make_quote(job, catalog, top=args.top)
+    if quote.catalog.oldest is not None:
+        age = (quote.today - quote.catalog.oldest).days
+        if age > args.max_price_age and quote.candidates is not None:
+            quote.candidates.warnings.append(
+                f"prices are {age} days old (older than {args.max_price_age:g}); run `planner prices refresh`"
+            )
+    if args.plot:
+        _write_plot(quote, Path(args.plot))
+    if args.json:
+        console.print_json(json.dumps(quote_json(quote)), indent=2) if console.is_terminal else print(
+            json.dumps(quote_json(quote), indent=2)
+        )
+    else:
+        render_quote(quote, console, args.top)
+        if args.plot:
+            console.print(f"[dim]frontier plot written to {args.plot}[/]")
+    return 0 if quote.plan else EXIT_INFEASIBLE
+
+
+def _write_plot(quote, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".frontier-", suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        plot_frontier(quote, tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,170 @@
+"""A quote: the best plan for a job, its cost lines, alternatives, the cost/time frontier,
+and, when nothing fits, the binding constraints with the smallest relaxation of each.
+
+``make_quote(job, catalog)`` is the whole of ``planner quote`` minus the printing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import time
+from dataclasses import dataclass, field
+
+from planner.job import JobSpec
+from planner.milp import Limits, Solution, solve
+from planner.pools import CandidateSet, candidate_configs
+from planner.relax import Infeasibility, explain_infeasible
+from planner.workload import WorkModel, work_model
+from pricing.catalog import Catalog
+
+
+@dataclass(frozen=True, slots=True)
+class CostLine:
+    label: str
+    usd: float
+
+
+@dataclass(frozen=True, slots=True)
+class PlanView:
+    """A solved plan with the figures a user reads."""
+
+    solution: Solution
+    lines: tuple[CostLine, ...]
+    p90_cost_usd: float
+
+    @property
+    def expected_cost_usd(self) -> float:
+        return self.solution.cost
+
+    @property
+    def expected_hours(self) -> float:
+        return self.solution.hours
+
+    @property
+    def p90_hours(self) -> float:
+        return self.solution.p90_hours
+
+
+@dataclass(slots=True)
+class Quote:
+    job: JobSpec
+    work: WorkModel
+    catalog: Catalog
+    plan: PlanView | None
+    alternatives: list[PlanView] = field(default_factory=list)
+    frontier: list[tuple[float, float]] = field(default_factory=list)  # (P90 hours, expected cost)
+    infeasible: Infeasibility | None = None
+    candidates: CandidateSet | None = None
+    solve_seconds: float = 0.0
+    today: dt.date = field(default_factory=dt.date.today)
+
+    @property
+    def status(self) -> str:
+        return "optimal" if self.plan else "infeasible"
+
+    @property
+    def runner_up(self) -> PlanView | None:
+        return self.alternatives[0] if self.alternatives else None
+
+
+def limits_for(job: JobSpec) -> Limits:
+    return Limits(
+        deadline_hours=job.constraints.deadline_hours,
+        budget_usd=job.constraints.budget_usd,
+        switch_hours=job.overheads.restart_minutes / 60.0,
+    )
+
+
+def make_quote(
+    job: JobSpec,
+    catalog: Catalog,
+    *,
+    top: int = 3,
+    frontier_points: int = 6,
+    objective: str | None = None,
+    today: dt.date | None = None,
+) -> Quote:
+    """Solve the job on the catalog: best plan, ``top`` alternatives, the frontier."""
+    today = today or dt.date.today()
+    objective = objective or job.objective.minimize
+    work = work_model(job)
+    candidates = candidate_configs(job, catalog, work, today=today)
+    limits = limits_for(job)
+    started = time.perf_counter()
+    best = solve(candidates.configs, work.work, limits, objective)
+    quote = Quote(job=job, work=work, catalog=catalog, plan=None, candidates=candidates, today=today)
+    if best is None:
+        quote.infeasible = explain_infeasible(job, catalog, work, candidates, limits, today=today)
+        quote.solve_seconds = time.perf_counter() - started
+        return quote
+    quote.plan = view(best)
+    excluded: list[frozenset] = []
+    for _ in range(top):
+        excluded.append(frozenset({_main_family(quote.alternatives[-1].solution if quote.alternatives else best)}))
+        alt = solve(candidates.configs, work.work, limits, objective, exclude_families=excluded)
+        if alt is None:
+            break
+        quote.alternatives.append(view(alt))
+    if frontier_points > 1:
+        quote.frontier = frontier(candidates, work, limits, frontier_points)
+    quote.solve_seconds = time.perf_counter() - started
+    return quote
+
+
+def _main_family(solution: Solution) -> tuple[str, str, str, str]:
+    """The pool that does most of a plan's work: what an alternative must do without."""
+    return max(solution.phases, key=lambda p: p.work_hours * p.config.rate).config.family
+
+
+def view(solution: Solution) -> PlanView:
+    compute = ckpt = recovery = switch = terms = 0.0
+    p90_cost = 0.0
+    for p in solution.phases:
+        c = p.config
+        failure_free = p.work_hours * c.rate / c.raw_rate
+        compute += c.burn * failure_free
+        if c.overhead is not None:
+            ckpt += c.burn * failure_free * c.overhead.checkpoint_share
+            recovery += c.burn * failure_free * c.overhead.recovery_share
+        switch += c.burn * p.switch_hours
+        terms += c.fixed_usd
+        p90_cost += c.burn * (p.work_hours * c.p90_factor + p.switch_hours) + c.fixed_usd
+    lines = [CostLine("compute", compute)]
+    for label, usd in (
+        ("checkpoint writes", ckpt),
+        ("preemption recovery (restarts + rework)", recovery),
+        ("phase switches (restart + checkpoint load)", switch),
+        ("reserved terms bought for this job (whole term)", terms),
+    ):
+        if usd > 0.005:
+            lines.append(CostLine(label, usd))
+    return PlanView(solution=solution, lines=tuple(lines), p90_cost_usd=p90_cost)
+
+
+def frontier(candidates: CandidateSet, work: WorkModel, limits: Limits, points: int) -> list[tuple[float, float]]:
+    """Cheapest expected cost for a range of P90 deadlines: the cost-vs-time Pareto frontier."""
+    no_deadline = Limits(None, limits.budget_usd, limits.switch_hours, limits.max_phases)
+    fastest = solve(candidates.configs, work.work, no_deadline, "p90_time")
+    cheapest = solve(candidates.configs, work.work, no_deadline, "cost")
+    if fastest is None or cheapest is None:
+        return []
+    lo, hi = fastest.p90_hours, cheapest.p90_hours
+    if limits.deadline_hours is not None:
+        hi = min(hi, limits.deadline_hours)
+    out: dict[float, float] = {}
+    if hi <= lo * (1 + 1e-6):
+        return [(lo, fastest.cost)]
+    for i in range(points):
+        t = lo * (hi / lo) ** (i / (points - 1))
+        sol = solve(candidates.configs, work.work, Limits(t * (1 + 1e-9), limits.budget_usd, limits.switch_hours,
+                                                          limits.max_phases), "cost")
+        if sol is not None:
+            out[round(sol.p90_hours, 6)] = sol.cost
+    pts = sorted(out.items())
+    pareto, best = [], math.inf
+    for hours, cost in pts:  # keep only points no faster point beats on cost
+        if cost < best - 1e-9:
+            pareto.append((hours, cost))
+            best = cost
+    return pareto

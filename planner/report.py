@@ -1,0 +1,262 @@
+"""How a quote is shown: the SPEC's JSON object, terminal tables, and the frontier plot."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from planner.quote import PlanView, Quote
+from planner.relax import Infeasibility
+
+
+def price_age(quote: Quote) -> dict[str, Any]:
+    """Age of the prices the plan rests on (the oldest row it uses), else of the catalog."""
+    used = [p.config.offering.as_of for p in quote.plan.solution.phases] if quote.plan else []
+    as_of = min(used) if used else quote.catalog.newest
+    return {
+        "origin": quote.catalog.origin,
+        "as_of": as_of.isoformat() if as_of else None,
+        "age_days": (quote.today - as_of).days if as_of else None,
+    }
+
+
+def plan_json(view: PlanView) -> dict[str, Any]:
+    phases = []
+    for p in view.solution.phases:
+        c, o = p.config, p.config.offering
+        phase = {
+            "cloud": o.cloud,
+            "region": o.region,
+            "zone": o.zone if c.purchase == "spot" else None,
+            "instance_type": o.instance_type,
+            "gpu": o.gpu,
+            "gpus_per_node": o.gpus_per_node,
+            "nodes": c.nodes,
+            "purchase": c.purchase,
+            "hourly_usd": round(c.hourly_usd, 6),
+            "hours": round(p.hours, 4),
+            "cost_usd": round(p.cost, 2),
+            "switch_hours": round(p.switch_hours, 4),
+        }
+        if c.fixed_usd:
+            phase["term_cost_usd"] = round(c.fixed_usd, 2)
+        if c.overhead is not None:
+            phase["risk"] = {
+                "interruptions_per_hour": round(1.0 / c.overhead.mtbf_hours, 6),
+                "expected_interruptions": round(p.work_hours / c.overhead.mtbf_hours, 3),
+                "checkpoint_mode": c.overhead.mode,
+                "checkpoint_interval_minutes": (
+                    round(c.overhead.interval_hours * 60, 2) if c.overhead.interval_hours != float("inf") else None
+                ),
+            }
+        phases.append(phase)
+    return {
+        "expected_cost_usd": round(view.expected_cost_usd, 2),
+        "expected_hours": round(view.expected_hours, 4),
+        "p90_cost_usd": round(view.p90_cost_usd, 2),
+        "p90_hours": round(view.p90_hours, 4),
+        "kg_co2e": round(view.solution.kg_co2e, 2),
+        "cost_lines": [{"label": line.label, "usd": round(line.usd, 2)} for line in view.lines],
+        "phases": phases,
+    }
+
+
+def infeasible_json(inf: Infeasibility | None) -> dict[str, Any] | None:
+    if inf is None:
+        return None
+    return {
+        "binding": inf.binding,
+        "relaxations": [{"key": r.key, "value": r.value, "message": r.message} for r in inf.relaxations],
+        "reasons": inf.reasons,
+    }
+
+
+def quote_json(quote: Quote) -> dict[str, Any]:
+    cands = quote.candidates
+    return {
+        "job": quote.job.name,
+        "status": quote.status,
+        "objective": quote.job.objective.minimize,
+        "plan": plan_json(quote.plan) if quote.plan else None,
+        "alternatives": [plan_json(a) for a in quote.alternatives],
+        "frontier": [{"p90_hours": round(h, 4), "expected_cost_usd": round(c, 2)} for h, c in quote.frontier],
+        "infeasible": infeasible_json(quote.infeasible),
+        "work": {"unit": quote.work.unit, "amount": quote.work.work},
+        "prices": price_age(quote),
+        "candidates": {
+            "considered": cands.considered if cands else 0,
+            "pruned": cands.pruned if cands else 0,
+            "in_model": len(cands.configs) if cands else 0,
+        },
+        "solve_seconds": round(quote.solve_seconds, 4),
+        "warnings": cands.warnings if cands else [],
+    }
+
+
+def _money(x: float) -> str:
+    return f"${x:,.2f}"
+
+
+def main_config(view: PlanView):
+    """The configuration that does most of a plan's work."""
+    return max(view.solution.phases, key=lambda p: p.work_hours * p.config.rate).config
+
+
+def _phase_table(view: PlanView, title: str) -> Table:
+    t = Table(title=title, title_justify="left", expand=False)
+    for col in ("#", "instance", "where", "nodes", "purchase", "$/node-h", "hours", "cost"):
+        t.add_column(col, justify="right" if col in {"$/node-h", "hours", "cost", "nodes"} else "left")
+    for i, p in enumerate(view.solution.phases, 1):
+        c, o = p.config, p.config.offering
+        where = f"{o.cloud}:{o.region}" + (f"/{o.zone}" if o.zone and c.purchase == "spot" else "")
+        t.add_row(
+            str(i), f"{o.instance_type} ({o.gpus_per_node}x {o.gpu})", where, str(c.nodes), c.purchase,
+            f"{c.hourly_usd:.3f}", f"{p.hours:.2f}", _money(p.cost),
+        )
+    return t
+
+
+def _risk_lines(view: PlanView) -> list[str]:
+    out = []
+    for i, p in enumerate(view.solution.phases, 1):
+        ov = p.config.overhead
+        if ov is None:
+            continue
+        interval = "" if ov.interval_hours == float("inf") else f", checkpoint every {ov.interval_hours * 60:.0f} min"
+        out.append(
+            f"phase {i}: MTBF {ov.mtbf_hours:.1f} h, {p.work_hours / ov.mtbf_hours:.1f} interruptions expected, "
+            f"{ov.mode}{interval}, restart {ov.restart_hours * 60:.0f} min"
+        )
+    return out
+
+
+def _cost_table(quote: Quote, view: PlanView) -> Table:
+    t = Table(show_header=False, box=None, padding=(0, 2))
+    t.add_column(justify="left")
+    t.add_column(justify="right")
+    for line in view.lines:
+        t.add_row(line.label, _money(line.usd))
+    t.add_row(Text("expected total", style="bold"), Text(_money(view.expected_cost_usd), style="bold"))
+    t.add_row("P90 cost", _money(view.p90_cost_usd))
+    dl = quote.job.constraints.deadline_hours
+    budget = quote.job.constraints.budget_usd
+    t.add_row("expected time", f"{view.expected_hours:.2f} h")
+    t.add_row("P90 time", f"{view.p90_hours:.2f} h" + (f" (deadline {dl:g} h)" if dl else ""))
+    if budget:
+        t.add_row("budget", f"{_money(budget)} ({view.expected_cost_usd / budget:.0%} used)")
+    t.add_row("carbon (GPU power x grid)", f"{view.solution.kg_co2e:,.1f} kg CO2e")
+    return t
+
+
+def why_best(quote: Quote) -> str | None:
+    best, alt = quote.plan, quote.runner_up
+    if best is None or alt is None:
+        return None
+    main = main_config(alt)
+    d_cost = alt.expected_cost_usd - best.expected_cost_usd
+    d_time = alt.p90_hours - best.p90_hours
+    parts = [f"runner-up ({main.label()}) costs {_money(abs(d_cost))} {'more' if d_cost >= 0 else 'less'}"]
+    if best.expected_cost_usd > 0:
+        parts[0] += f" ({d_cost / best.expected_cost_usd:+.0%})"
+    parts.append(f"and finishes {abs(d_time):.1f} h {'later' if d_time >= 0 else 'sooner'} at P90")
+    objective = quote.job.objective.minimize
+    if objective == "cost" and d_cost < 0:
+        parts.append("but breaks a constraint the chosen plan meets")
+    return " ".join(parts) + "."
+
+
+def render_quote(quote: Quote, console: Console, top: int) -> None:
+    job = quote.job
+    age = price_age(quote)
+    head = Text.assemble(
+        (f"{job.name}", "bold"), f"  objective: {job.objective.minimize}  status: ",
+        (quote.status, "green" if quote.plan else "red"),
+        f"\nwork: {quote.work.work:,.4g} {quote.work.unit}; prices: {age['origin']}"
+        + (f", as of {age['as_of']} ({age['age_days']} days old)" if age["as_of"] else ""),
+    )
+    console.print(head)
+    cands = quote.candidates
+    for w in cands.warnings if cands else []:
+        console.print(f"[yellow]warning:[/] {w}")
+    if quote.plan is None:
+        _render_infeasible(quote.infeasible, console)
+        return
+    console.print(_phase_table(quote.plan, "Plan"))
+    console.print(_cost_table(quote, quote.plan))
+    for line in _risk_lines(quote.plan):
+        console.print(f"[dim]risk:[/] {line}")
+    reason = why_best(quote)
+    if reason:
+        console.print(f"[dim]why:[/] {reason}")
+    if quote.alternatives:
+        t = Table(title=f"Top {min(top, len(quote.alternatives))} alternatives", title_justify="left")
+        for col in ("#", "main pool", "phases", "expected cost", "P90 cost", "P90 hours"):
+            t.add_column(col, justify="left" if col in {"main pool"} else "right")
+        for i, alt in enumerate(quote.alternatives[:top], 1):
+            main = main_config(alt)
+            t.add_row(str(i), main.label(), str(len(alt.solution.phases)), _money(alt.expected_cost_usd),
+                      _money(alt.p90_cost_usd), f"{alt.p90_hours:.2f}")
+        console.print(t)
+    if len(quote.frontier) > 1:
+        t = Table(title="Cost vs time frontier (cheapest plan per P90 deadline)", title_justify="left")
+        t.add_column("P90 hours", justify="right")
+        t.add_column("expected cost", justify="right")
+        for hours, cost in quote.frontier:
+            t.add_row(f"{hours:.2f}", _money(cost))
+        console.print(t)
+    if cands:
+        console.print(
+            f"[dim]{cands.considered} configurations, {cands.pruned} dominated pruned, "
+            f"{len(cands.configs)} in the MILP; solved in {quote.solve_seconds * 1000:.0f} ms[/]"
+        )
+
+
+def _render_infeasible(inf: Infeasibility | None, console: Console) -> None:
+    if inf is None:
+        return
+    body = [Text("No plan satisfies the job's constraints.", style="bold red")]
+    if inf.binding:
+        body.append(Text("binding: " + ", ".join(inf.binding)))
+    for r in inf.relaxations:
+        body.append(Text(f"  - {r.message}"))
+    for reason in inf.reasons:
+        body.append(Text(f"  - {reason}"))
+    console.print(Panel(Group(*body), title="infeasible", border_style="red", expand=False))
+
+
+def plot_frontier(quote: Quote, path: str) -> None:
+    """Write the cost-vs-time frontier with the chosen plan and alternatives as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    if quote.frontier:
+        hs, cs = zip(*quote.frontier)
+        ax.plot(hs, cs, "-o", color="#4c72b0", label="frontier (cheapest per P90 deadline)")
+    for alt in quote.alternatives:
+        ax.plot(alt.p90_hours, alt.expected_cost_usd, "s", color="#999999")
+    if quote.alternatives:
+        ax.plot([], [], "s", color="#999999", label="alternatives")
+    if quote.plan:
+        ax.plot(quote.plan.p90_hours, quote.plan.expected_cost_usd, "*", ms=16, color="#dd8452", label="chosen plan")
+    dl = quote.job.constraints.deadline_hours
+    if dl:
+        ax.axvline(dl, ls="--", color="#c44e52", label=f"deadline {dl:g} h")
+    budget = quote.job.constraints.budget_usd
+    if budget:
+        ax.axhline(budget, ls=":", color="#c44e52", label=f"budget ${budget:,.0f}")
+    ax.set_xlabel("P90 hours to finish")
+    ax.set_ylabel("expected cost (USD)")
+    ax.set_title(f"{quote.job.name}: cost vs time ({dt.date.today().isoformat()})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
