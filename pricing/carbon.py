@@ -76,23 +76,26 @@ def intensity_source(cloud: str, region: str) -> str | None:
     return _sources().get((cloud.lower(), region.lower()))
 
 
+_POWER_KW = {name.lower(): watts / 1000 for name, watts in GPU_BOARD_POWER_W.items()}
+
+
 def gpu_power_kw(gpu: str) -> float:
     """Maximum board power of one ``gpu`` (canonical catalog name, any case) in kW."""
-    for name, watts in GPU_BOARD_POWER_W.items():
-        if name.lower() == gpu.lower():
-            return watts / 1000
-    raise UnknownGpuPowerError(
-        f"no board power on record for GPU {gpu!r}; known: {', '.join(GPU_BOARD_POWER_W)}"
-    )
+    try:
+        return _POWER_KW[gpu.lower()]
+    except KeyError:
+        raise UnknownGpuPowerError(
+            f"no board power on record for GPU {gpu!r}; known: {', '.join(GPU_BOARD_POWER_W)}"
+        ) from None
 
 
 def kg_co2e_per_node_hour(offering: Offering) -> float | None:
     """GPU-only upper bound of kg CO2e per node-hour; ``None`` when region or GPU is unknown."""
     intensity = grid_intensity(offering.cloud, offering.region)
-    if intensity is None or offering.gpu.lower() not in {g.lower() for g in GPU_BOARD_POWER_W}:
+    power = _POWER_KW.get(offering.gpu.lower())
+    if intensity is None or power is None:
         return None
-    power = offering.gpus_per_node * gpu_power_kw(offering.gpu)
-    return power * pue(offering.cloud, offering.region) * intensity
+    return offering.gpus_per_node * power * pue(offering.cloud, offering.region) * intensity
 
 
 @functools.lru_cache(maxsize=1)

@@ -335,7 +335,8 @@ def _gpu_memory_gb(cloud: str, gpu: str, gpu_info: str) -> float | None:
         match = _TOTAL_MIB.search(gpu_info)  # Lambda's total is per GPU
     if match is not None:
         return round(float(match.group(1)) / 1024, 2)
-    return GPU_MEMORY_GB.get(gpu)
+    known = GPU_MEMORY_GB.get(gpu)
+    return None if known is None else float(known)
 
 
 def _canonical(gpu: str) -> str:
