@@ -7,3 +7,14 @@ class RuntimeFailure(Exception):
 
 class CheckpointError(RuntimeFailure):
     """A checkpoint could not be written, or none usable could be read."""
+
+
+class ContractError(RuntimeFailure):
+    """The launch environment or a run-directory file breaks the controller contract.
+
+    The message names the variable or file, the bad value and the fix.
+    """
+
+
+class SessionConfigError(RuntimeFailure):
+    """A training session was configured inconsistently (batch sizes, precision, devices)."""

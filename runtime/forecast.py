@@ -1,0 +1,177 @@
+"""Spend forecasts and the hard budget cap, from plain numbers.
+
+:func:`forecast` answers "what will this run cost in total?": spend to date plus the
+expected cost of the remaining work under the current plan.  The controller calls it at
+every re-plan and periodically as work gets done; it knows nothing of the planner's
+types, only hours and dollars.
+
+:func:`cap_decision` answers "must the run checkpoint and stop *now* to stay under
+``budget_usd``?".  It keeps back enough money for one more control interval, one
+checkpoint and the shutdown, at the current burn rate::
+
+    spent $4,900, burning $60/h, checkpoint 0.25 h, shutdown 5 min, checks every minute
+    reserve = 60 * (1/60 + 0.25 + 5/60) = $21.00
+    stop now?  4,900 + 21 >= 5,000  ->  no; must stop within (5,000 - 4,921) / 60 = 1.3 h
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+__all__ = ["CapDecision", "Forecast", "cap_decision", "forecast"]
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """Expected total spend of a run, as of ``at`` (POSIX seconds).
+
+    ``remaining_usd`` is what the remaining ``remaining_hours`` of work cost under the
+    current plan (``plan_hourly_usd`` for all its nodes, plus any one-off overhead).
+    """
+
+    at: float
+    spent_usd: float
+    remaining_hours: float
+    plan_hourly_usd: float
+    remaining_usd: float
+    budget_usd: float | None = None
+    deadline_at: float | None = None
+
+    @property
+    def total_usd(self) -> float:
+        return self.spent_usd + self.remaining_usd
+
+    @property
+    def expected_end(self) -> float:
+        """When the work is expected to finish (POSIX seconds)."""
+        return self.at + self.remaining_hours * 3600.0
+
+    @property
+    def budget_fraction(self) -> float | None:
+        """Forecast total as a fraction of the budget (1.0 = exactly on budget)."""
+        return None if not self.budget_usd else self.total_usd / self.budget_usd
+
+    @property
+    def over_budget_usd(self) -> float:
+        """How far the forecast total exceeds the budget (0 when it does not)."""
+        return 0.0 if self.budget_usd is None else max(0.0, self.total_usd - self.budget_usd)
+
+    @property
+    def deadline_at_risk(self) -> bool:
+        """The work is expected to finish after the deadline."""
+        return self.deadline_at is not None and self.expected_end > self.deadline_at
+
+    @property
+    def slack_hours(self) -> float | None:
+        """Hours between the expected end and the deadline (negative when late)."""
+        return None if self.deadline_at is None else (self.deadline_at - self.expected_end) / 3600.0
+
+
+def forecast(
+    spent_usd: float,
+    remaining_work_hours: float,
+    plan_hourly_usd: float,
+    *,
+    at: float | None = None,
+    overhead_usd: float = 0.0,
+    budget_usd: float | None = None,
+    deadline_at: float | None = None,
+) -> Forecast:
+    """Spend to date plus the expected cost of the remaining work under the current plan.
+
+    Args:
+        spent_usd: what the ledger says the run has cost so far.
+        remaining_work_hours: wall-clock hours the current plan needs to finish the work.
+        plan_hourly_usd: what the plan costs per hour, all nodes together.  For a plan of
+            several phases pass its expected remaining cost divided by its hours.
+        at: when the forecast is made (default: now).
+        overhead_usd: one-off costs the plan adds (provisioning, checkpoint restores).
+        budget_usd: the run's budget, for :attr:`Forecast.budget_fraction`.
+        deadline_at: the deadline (POSIX seconds), for :attr:`Forecast.deadline_at_risk`.
+
+    Raises:
+        ValueError: a figure is negative or not finite.
+    """
+    _require_non_negative(spent_usd=spent_usd, remaining_work_hours=remaining_work_hours,
+                          plan_hourly_usd=plan_hourly_usd, overhead_usd=overhead_usd)
+    if budget_usd is not None:
+        _require_non_negative(budget_usd=budget_usd)
+    return Forecast(
+        at=time.time() if at is None else at,
+        spent_usd=float(spent_usd),
+        remaining_hours=float(remaining_work_hours),
+        plan_hourly_usd=float(plan_hourly_usd),
+        remaining_usd=remaining_work_hours * plan_hourly_usd + overhead_usd,
+        budget_usd=budget_usd,
+        deadline_at=deadline_at,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CapDecision:
+    """Whether the run must checkpoint and stop now, and the figures behind the answer.
+
+    ``reserve_usd`` is kept back for the next control interval, one checkpoint and the
+    shutdown; ``headroom_usd`` is what is left of the budget after spend and reserve
+    (negative once the run must stop); ``hours_until_stop`` is how long the current burn
+    rate can go on before that point (``None`` when nothing is burning).
+    """
+
+    stop_now: bool
+    spent_usd: float
+    budget_usd: float
+    burn_usd_per_hour: float
+    reserve_usd: float
+    headroom_usd: float
+    hours_until_stop: float | None
+    reason: str
+
+
+def cap_decision(
+    *,
+    spent_usd: float,
+    burn_usd_per_hour: float,
+    checkpoint_hours: float,
+    budget_usd: float,
+    shutdown_hours: float = 5 / 60,
+    check_interval_hours: float = 1 / 60,
+) -> CapDecision:
+    """Say whether the run must checkpoint and stop now to stay under ``budget_usd``.
+
+    The run must stop when waiting one more ``check_interval_hours`` would leave too
+    little budget to write one checkpoint (``checkpoint_hours``) and shut the nodes down
+    (``shutdown_hours``) at the current burn rate, so the stop happens *before* the
+    budget is reached, never after.
+
+    Raises:
+        ValueError: a figure is negative or not finite, or ``budget_usd`` is not positive.
+    """
+    _require_non_negative(spent_usd=spent_usd, burn_usd_per_hour=burn_usd_per_hour,
+                          checkpoint_hours=checkpoint_hours, shutdown_hours=shutdown_hours,
+                          check_interval_hours=check_interval_hours, budget_usd=budget_usd)
+    if budget_usd <= 0:
+        raise ValueError(f"budget_usd={budget_usd!r} must be positive for a hard cap")
+    reserve = burn_usd_per_hour * (check_interval_hours + checkpoint_hours + shutdown_hours)
+    headroom = budget_usd - spent_usd - reserve
+    stop = headroom <= 0
+    until = None if burn_usd_per_hour == 0 else max(0.0, headroom / burn_usd_per_hour)
+    if spent_usd >= budget_usd:
+        reason = f"spent ${spent_usd:,.2f} has reached the budget ${budget_usd:,.2f}"
+    elif stop:
+        reason = (f"spent ${spent_usd:,.2f} + ${reserve:,.2f} for the next check, one checkpoint and "
+                  f"shutdown at ${burn_usd_per_hour:,.2f}/h would exceed the budget ${budget_usd:,.2f}")
+    elif until is None:
+        reason = "nothing is being billed"
+    else:
+        reason = f"${headroom:,.2f} of headroom: {until:.2f} h at ${burn_usd_per_hour:,.2f}/h before a stop"
+    return CapDecision(stop_now=stop, spent_usd=float(spent_usd), budget_usd=float(budget_usd),
+                       burn_usd_per_hour=float(burn_usd_per_hour), reserve_usd=reserve,
+                       headroom_usd=headroom, hours_until_stop=until, reason=reason)
+
+
+def _require_non_negative(**figures: float) -> None:
+    for name, value in figures.items():
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{name}={value!r} must be a finite number >= 0")
