@@ -18,6 +18,7 @@ import dataclasses
 import datetime as dt
 import functools
 import io
+import math
 import os
 import tempfile
 from collections.abc import Callable, Iterable
@@ -35,11 +36,11 @@ EMBEDDED_OFFERINGS = Path(__file__).resolve().parent / "embedded" / "offerings.c
 OFFERING_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Offering))
 """The offerings CSV header: every :class:`Offering` field, in declaration order."""
 
-_OPTIONAL = {"zone", "on_demand", "spot", "reserved_1y", "reserved_3y", "interruption_rate", "interruption_bucket"}
-
-
-def _text(value: str) -> str:
-    return value
+_EMPTY: dict[str, Any] = {
+    name: None for name in ("zone", "on_demand", "spot", "reserved_1y", "reserved_3y", "interruption_rate",
+                            "interruption_bucket")
+} | {"source": ""}
+"""What an empty cell means per optional column; other columns are required."""
 
 
 def _count(value: str) -> int:
@@ -51,27 +52,25 @@ def _count(value: str) -> int:
 
 def _amount(value: str) -> float:
     number = float(value)
-    if not number >= 0:  # also rejects NaN
-        raise ValueError("must be a non-negative number")
+    if not 0 <= number < math.inf:  # also rejects NaN
+        raise ValueError("must be a finite non-negative number")
     return number
 
 
-_PARSERS: dict[str, Callable[[str], Any]] = {
-    name: _text for name in ("cloud", "region", "zone", "instance_type", "gpu", "interruption_bucket", "source")
-} | {
-    "gpus_per_node": _count,
-    "as_of": dt.date.fromisoformat,
-    **{name: _amount for name in ("gpu_memory_gb", "vcpus", "memory_gb", "on_demand", "spot", "reserved_1y",
-                                  "reserved_3y", "interruption_rate")},
+_PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
+    "gpus_per_node": (_count, "a whole number >= 1"),
+    "as_of": (dt.date.fromisoformat, "an ISO date such as 2026-11-30"),
+    **{name: (_amount, "a finite non-negative number") for name in (
+        "gpu_memory_gb", "vcpus", "memory_gb", "on_demand", "spot", "reserved_1y", "reserved_3y", "interruption_rate")},
 }
-_HINTS = {"gpus_per_node": "a whole number >= 1", "as_of": "an ISO date such as 2026-11-30"}
+"""Parser and the expected form for every non-text column."""
 
 
 def read_offerings_csv(path: str | Path) -> list[Offering]:
     """Offerings from an offerings CSV file; errors name the file, line and column."""
     path = Path(path)
     try:
-        with path.open(newline="", encoding="utf-8") as fh:
+        with path.open(newline="", encoding="utf-8-sig") as fh:
             reader = csv.reader(fh)
             header = next(reader, None)
             if header is None or tuple(h.strip() for h in header) != OFFERING_COLUMNS:
@@ -95,15 +94,17 @@ def _offering(path: Path, line: int, row: list[str]) -> Offering:
     for column, cell in zip(OFFERING_COLUMNS, row):
         cell = cell.strip()
         if not cell:
-            if column not in _OPTIONAL and column != "source":
+            if column not in _EMPTY:
                 raise CatalogFormatError(f"{path}:{line}: column {column!r} is empty; it is required")
-            values[column] = "" if column == "source" else None
-            continue
-        try:
-            values[column] = _PARSERS[column](cell)
-        except ValueError:
-            hint = _HINTS.get(column, "a non-negative number" if _PARSERS[column] is _amount else "text")
-            raise CatalogFormatError(f"{path}:{line}: column {column!r}: {cell!r} is not {hint}") from None
+            values[column] = _EMPTY[column]
+        elif column in _PARSERS:
+            parse, expected = _PARSERS[column]
+            try:
+                values[column] = parse(cell)
+            except ValueError:
+                raise CatalogFormatError(f"{path}:{line}: column {column!r}: {cell!r} is not {expected}") from None
+        else:
+            values[column] = cell
     return Offering(**values)
 
 
@@ -192,15 +193,52 @@ def imported_dir() -> Path:
     return data_dir() / "imported"
 
 
+COMMITMENT_TOLERANCE = 0.005
+"""A 1y/3y price stays attached to a row only while the row's on-demand price is within
+0.5% of the one it was published against: a discount quoted against another list price
+is not a price for this row."""
+
+
 def load_local_catalog() -> Catalog:
     """The embedded snapshot with every imported offerings CSV merged over it.
 
     Imports are applied in file-name order; a row replaces the snapshot's row with the
-    same (cloud, region, zone, instance type) unless it is older.
+    same (cloud, region, zone, instance type) unless it is older.  What an import cannot
+    know is kept from the row it replaces (:func:`carry_over`): SkyPilot catalogs have no
+    commitment prices and no interruption buckets.
     """
     catalog = load_embedded_catalog()
     folder = imported_dir()
     if folder.is_dir():
         for file in sorted(folder.glob("*.csv")):
-            catalog = catalog.merged_with(Catalog.of(read_offerings_csv(file), origin=f"import {file.name}"))
+            base = {o.key: o for o in catalog}
+            rows = [carry_over(base.get(o.key), o) for o in read_offerings_csv(file)]
+            catalog = catalog.merged_with(Catalog.of(rows, origin=f"import {file.name}"))
     return catalog
+
+
+def carry_over(old: Offering | None, new: Offering) -> Offering:
+    """``new`` with the commitment prices and interruption data of ``old`` it lacks.
+
+    Commitment prices move over only if both rows have (nearly) the same on-demand price
+    (:data:`COMMITMENT_TOLERANCE`); the interruption bucket (AWS publishes it per region
+    and instance type, whatever the price) always does.  The parts of ``old.source`` that
+    name what moved are appended to ``new.source``.
+    """
+    if old is None:
+        return new
+    changes: dict[str, Any] = {}
+    notes: list[str] = []
+    same_list_price = (
+        old.on_demand is not None and new.on_demand is not None
+        and abs(new.on_demand / old.on_demand - 1) <= COMMITMENT_TOLERANCE
+    )
+    if same_list_price and new.reserved_1y is None and new.reserved_3y is None and (old.reserved_1y or old.reserved_3y):
+        changes.update(reserved_1y=old.reserved_1y, reserved_3y=old.reserved_3y)
+        notes += [part for part in old.source.split("; ") if part.startswith(("RI:", "CUD:"))]
+    if new.interruption_rate is None and new.interruption_bucket is None and old.interruption_bucket:
+        changes["interruption_bucket"] = old.interruption_bucket
+        notes += [part for part in old.source.split("; ") if part.startswith("interruption bucket:")]
+    if not changes:
+        return new
+    return dataclasses.replace(new, **changes, source="; ".join([new.source, *notes]))

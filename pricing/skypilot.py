@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import math
 import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -245,12 +246,13 @@ class _Rows:
 
     def __iter__(self) -> Iterator[dict[str, str]]:
         try:
-            with self.file.open(newline="", encoding="utf-8") as fh:
+            with self.file.open(newline="", encoding="utf-8-sig") as fh:
                 reader = csv.reader(fh)
                 header = next(reader, None)
                 if header is None:
                     raise CatalogFormatError(f"{self.file}:1: empty file; expected a SkyPilot header line")
-                self.layout = self._layout(header)
+                header = [c.strip() for c in header]
+                self.layout = self._layout(set(header))
                 index = [(name, header.index(name)) for name in self.layout]
                 width = len(header)
                 for row in reader:
@@ -268,9 +270,7 @@ class _Rows:
         except csv.Error as exc:
             raise CatalogFormatError(f"{self.file}:{self.line}: {exc}; fix the CSV quoting") from None
 
-    def _layout(self, header: list[str]) -> tuple[str, ...]:
-        columns = {c.strip() for c in header}
-        header[:] = [c.strip() for c in header]
+    def _layout(self, columns: set[str]) -> tuple[str, ...]:
         if self.cloud in LAYOUTS:
             wanted = LAYOUTS[self.cloud]
             missing = [c for c in wanted if c not in columns]
@@ -298,9 +298,9 @@ class _Rows:
             raise CatalogFormatError(
                 f"{self.file}:{self.line}: column {column!r}: {text!r} is not a number; fix the cell or delete the row"
             ) from None
-        if value < 0 or value != value:
+        if not 0 <= value < math.inf:  # also rejects NaN
             raise CatalogFormatError(
-                f"{self.file}:{self.line}: column {column!r}: {text!r} must be a non-negative number"
+                f"{self.file}:{self.line}: column {column!r}: {text!r} must be a finite non-negative number"
             )
         return value
 

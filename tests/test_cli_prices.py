@@ -81,6 +81,18 @@ def test_show_reads_an_explicit_catalog(capsys, tmp_path):
     assert "no such file or directory" in capsys.readouterr().err
 
 
+def test_show_lists_unpriced_rows_last(capsys, tmp_path):
+    header = ",".join(OFFERING_COLUMNS)
+    (tmp_path / "mine.csv").write_text(
+        f"{header}\n"
+        "aws,us-east-1,,x.big,H100,8,80,96,1024,,,,,,,2026-01-01,hand-made\n"
+        "aws,us-east-1,,x.small,H100,1,80,12,128,4.5,,,,,,2026-01-01,hand-made\n", encoding="utf-8")
+    assert main(["prices", "show", "--catalog", str(tmp_path / "mine.csv")]) == 0
+    out = capsys.readouterr().out
+    assert out.index("x.small") < out.index("x.big")
+    assert "4.500" in out
+
+
 def test_show_reports_no_match(capsys):
     assert main(["prices", "show", "--gpu", "NoSuchGPU"]) == 0
     assert "No offerings match" in capsys.readouterr().out
@@ -113,6 +125,8 @@ def test_import_the_shared_skypilot_catalog(capsys, isolated):
         assert cloud in out
     offerings = read_offerings_csv(isolated / "imported" / "skypilot-skypilot.csv")
     assert {o.cloud for o in offerings} == {"aws", "gcp", "azure", "lambda"}
+    # the same prices re-imported keep the snapshot's commitment prices
+    assert {r["instance_type"] for r in _json(capsys, "--purchase", "reserved_1y", "--cloud", "aws")} >= {"p3.2xlarge"}
 
 
 def test_import_errors_exit_2_with_a_message(capsys, tmp_path):

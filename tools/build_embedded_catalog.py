@@ -10,7 +10,8 @@ snapshot (``traces/aws-spot-advisor``) and the carbon factors (``carbon/``) and 
 * ``pricing/embedded/offerings.csv``: every GPU offering of AWS, GCP and Azure in their
   main regions (:data:`MAIN_REGIONS`) with on-demand and spot prices, the published
   1y/3y commitment prices of :data:`COMMITMENTS` where the commitment's on-demand
-  reference still equals the catalog's, and the Spot Advisor bucket of each AWS row;
+  reference still equals the catalog's (``COMMITMENT_TOLERANCE``), and the Spot Advisor
+  bucket of each AWS row;
 * ``pricing/embedded/carbon.csv``: grid intensity per (cloud, region).
 
 Every row names its sources.  It prints what it wrote and every commitment it refused.
@@ -31,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # a script run by hand from a checkout, not an installed entry point
 
 from pricing.catalog import Offering  # noqa: E402
-from pricing.embedded_catalog import write_offerings_csv, write_text_atomic  # noqa: E402
+from pricing.embedded_catalog import COMMITMENT_TOLERANCE, write_offerings_csv, write_text_atomic  # noqa: E402
 from pricing.risk import read_spot_advisor  # noqa: E402
 from pricing.skypilot import scan_skypilot_catalog  # noqa: E402
 
@@ -43,12 +44,6 @@ MAIN_REGIONS: dict[str, tuple[str, ...]] = {
     "azure": ("eastus", "eastus2", "westus", "westus2", "westus3", "centralus", "northcentralus",
               "southcentralus"),
 }
-
-ON_DEMAND_TOLERANCE = 0.005
-"""A commitment price is kept only if its own on-demand reference is within 0.5% of the
-catalog's on-demand price: a discount quoted against a different list price is not a
-price for this row."""
-
 
 @dataclasses.dataclass(frozen=True)
 class Commitment:
@@ -111,7 +106,7 @@ def build_offerings(shared: Path) -> tuple[list[Offering], list[str]]:
         sources = [o.source]
         commitment = commitments.get((o.cloud, o.region, o.instance_type))
         if commitment is not None:
-            if o.on_demand is not None and abs(o.on_demand / commitment.on_demand_ref - 1) <= ON_DEMAND_TOLERANCE:
+            if o.on_demand is not None and abs(o.on_demand / commitment.on_demand_ref - 1) <= COMMITMENT_TOLERANCE:
                 o = dataclasses.replace(o, reserved_1y=commitment.reserved_1y, reserved_3y=commitment.reserved_3y)
                 sources.append(commitment.source)
                 used.add((o.cloud, o.region, o.instance_type))

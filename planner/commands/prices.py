@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import datetime as dt
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -24,10 +25,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from pricing.catalog import PURCHASE_OPTIONS, Catalog, CatalogFilter, Offering
-from pricing.embedded_catalog import imported_dir, load_catalog_path, load_local_catalog, write_offerings_csv
+from pricing.embedded_catalog import imported_dir, write_offerings_csv
 from pricing.errors import CatalogFormatError
 from pricing.risk import interruption_rate
 from pricing.skypilot import scan_skypilot_catalog
+from pricing.sources import resolve_catalog
 
 try:
     from planner.commands import prices_refresh
@@ -62,7 +64,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                       help="only regions matching this glob, e.g. 'us-*'; repeatable")
     show.add_argument("--purchase", choices=PURCHASE_OPTIONS,
                       help="only offerings sold this way, sorted by that price (default: sort by on-demand)")
-    show.add_argument("--limit", type=int, metavar="N",
+    show.add_argument("--limit", type=_count, metavar="N",
                       help=f"at most N rows (default: {DEFAULT_TABLE_ROWS} in the table, all with --json; 0 = all)")
     show.add_argument("--json", action="store_true", help="print a JSON list of offerings instead of a table")
     show.set_defaults(handler=handle)
@@ -97,6 +99,16 @@ def _usage(parser: argparse.ArgumentParser, console: Console) -> int:
     return 2
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return value
+
+
 def _date(text: str) -> dt.date:
     try:
         return dt.date.fromisoformat(text)
@@ -105,7 +117,7 @@ def _date(text: str) -> dt.date:
 
 
 def _show(args: argparse.Namespace, console: Console) -> int:
-    catalog = load_catalog_path(args.catalog) if args.catalog else _default_catalog()
+    catalog = resolve_catalog(args.catalog)
     rows = select(catalog, gpus=args.gpu, clouds=args.cloud, regions=args.region, purchase=args.purchase)
     limit = args.limit if args.limit is not None else (0 if args.json else DEFAULT_TABLE_ROWS)
     shown = rows[:limit] if limit > 0 else rows
@@ -119,14 +131,6 @@ def _show(args: argparse.Namespace, console: Console) -> int:
     if len(shown) < len(rows):
         console.print(f"{len(rows) - len(shown)} more rows; use --limit 0 to see all, or filter with --gpu/--cloud/--region.")
     return 0
-
-
-def _default_catalog() -> Catalog:
-    try:
-        from pricing.sources import resolve_catalog
-    except ImportError:  # without the live-price cache module, show what is on disk
-        return load_local_catalog()
-    return resolve_catalog()
 
 
 def select(
@@ -151,14 +155,16 @@ def select(
 
 
 def _sort_key(o: Offering, purchase: str | None) -> tuple[bool, float, str, str, str]:
-    price = _sort_price(o, purchase)
-    return (o.on_demand is None and purchase is None, price / o.gpus_per_node, o.cloud, o.location, o.instance_type)
+    per_gpu = _per_gpu(o, purchase)
+    unpriced = o.on_demand is None and purchase is None
+    return (unpriced, math.inf if per_gpu is None else per_gpu, o.cloud, o.location, o.instance_type)
 
 
-def _sort_price(o: Offering, purchase: str | None) -> float:
-    if purchase is not None:
-        return o.price(purchase)  # type: ignore[return-value]  # select() dropped rows without it
-    return next(p for p in (o.on_demand, o.spot, o.reserved_1y, o.reserved_3y) if p is not None)
+def _per_gpu(o: Offering, purchase: str | None) -> float | None:
+    """Hourly price per GPU of ``purchase``, or of the first option sold when ``None``."""
+    options = (purchase,) if purchase else ("on_demand", "spot", "reserved_1y", "reserved_3y")
+    price = next((p for p in map(o.price, options) if p is not None), None)
+    return None if price is None else price / o.gpus_per_node
 
 
 def offering_json(o: Offering) -> dict[str, object]:
@@ -194,7 +200,7 @@ def price_table(rows: list[Offering], purchase: str | None, title: str) -> Table
         if option in ("on_demand", "spot") or any(o.price(option) is not None for o in rows):
             columns.append((_PRICE_HEADERS[option], lambda o, option=option: _money(o.price(option))))
     sort_header = "$/GPU-h" if purchase in (None, "on_demand") else f"$/GPU-h {_PRICE_HEADERS[purchase]}"
-    columns.append((sort_header, lambda o: _money(_sort_price(o, purchase) / o.gpus_per_node)))
+    columns.append((sort_header, lambda o: _money(_per_gpu(o, purchase))))
     numeric_to = len(columns)
     columns.append(("spot risk/h", _risk))
     if len(dates) > 1:

@@ -149,6 +149,24 @@ def test_imported_rows_are_merged_over_the_snapshot(tmp_path, monkeypatch):
     assert [o for o in merged if o.key == old.key] == [newer]
 
 
+def test_an_import_keeps_commitments_and_buckets_it_cannot_know(tmp_path, monkeypatch):
+    monkeypatch.setenv("DANLU_DATA_DIR", str(tmp_path))
+    (old,) = [o for o in load_embedded_catalog() if o.instance_type == "p3.2xlarge" and o.zone == "use1-az1"]
+    plain = dataclasses.replace(old, reserved_1y=None, reserved_3y=None, interruption_bucket=None, spot=0.5,
+                                as_of=old.as_of + dt.timedelta(days=1), source="skypilot-catalog v8 aws (v8/aws)")
+    repriced = dataclasses.replace(plain, zone="use1-az2", on_demand=old.on_demand * 1.10)
+    (other,) = [o for o in load_embedded_catalog() if o.instance_type == "p3.2xlarge" and o.zone == "use1-az2"]
+    write_offerings_csv(imported_dir() / "skypilot-v8.csv", [plain, repriced])
+    merged = {o.key: o for o in load_local_catalog()}
+    kept = merged[plain.key]
+    assert (kept.spot, kept.reserved_1y, kept.reserved_3y, kept.interruption_bucket) == (0.5, 2.088, 1.332, ">20%")
+    assert kept.source.startswith("skypilot-catalog v8 aws (v8/aws); RI: ec2instances.info")
+    assert "interruption bucket: AWS Spot Advisor" in kept.source
+    moved = merged[repriced.key]  # list price changed: the old RI no longer applies, the bucket still does
+    assert other.reserved_1y == 2.088
+    assert (moved.reserved_1y, moved.reserved_3y, moved.interruption_bucket) == (None, None, ">20%")
+
+
 def test_local_catalog_without_imports_is_the_snapshot(tmp_path, monkeypatch):
     monkeypatch.setenv("DANLU_DATA_DIR", str(tmp_path / "fresh"))
     assert load_local_catalog() is load_embedded_catalog()
