@@ -85,12 +85,19 @@ KNOWN_SNAPSHOTS: tuple[Snapshot, ...] = (
 ``SOURCE.md`` names one of these commits gets that date and source label."""
 
 GPU_MEMORY_GB: dict[str, float] = {
-    "V100": 16, "V100-32GB": 32, "T4": 16, "A10": 24, "A10G": 24, "L4": 24, "L40S": 48,
-    "A100": 40, "A100-80GB": 80, "H100": 80, "H200": 141, "B200": 180,
+    "V100": 16.0, "V100-32GB": 32.0, "T4": 16.0, "A10": 24.0, "A10G": 24.0, "L4": 24.0, "L40S": 48.0,
+    "A100": 40.0, "A100-80GB": 80.0, "H100": 80.0, "H200": 141.0, "B200": 180.0,
 }
-"""Marketed memory per GPU (GB) from research/gpu-specs.md §1, for catalogs (Azure)
-whose ``GpuInfo`` is only a name.  Azure's NC H100 v5 carries the 94 GB H100 NVL, which
-that table does not list; 80 GB is the conservative H100 figure."""
+"""Marketed memory per GPU (GB) from research/gpu-specs.md §1.
+
+Used for catalogs whose ``GpuInfo`` is only a name (Azure), and to undo AWS's habit of
+reporting *usable* memory: a ``GpuInfo`` size up to 10% below the marketed one is read
+as the marketed one (A10G and L4 22,888 MiB -> 24, L40S 45,776 MiB -> 48, B200
+183,359 MiB -> 180), so that a job's ``min_gpu_memory_gb`` compares the same number on
+every cloud.  Azure's NC H100 v5 carries the 94 GB H100 NVL, which that table does not
+list; 80 GB is the conservative H100 figure."""
+
+_USABLE_MEMORY_SLACK = 0.10
 
 GPU_ALIASES = {"H100-MEGA": "H100"}
 """SkyPilot names that denote the same chip as a canonical name.  ``H100-MEGA`` is GCP's
@@ -330,13 +337,17 @@ def _gpu_count(rows: _Rows, rec: dict[str, str]) -> int | None:
 
 
 def _gpu_memory_gb(cloud: str, gpu: str, gpu_info: str) -> float | None:
+    """Per-GPU memory from ``GpuInfo`` (MiB), snapped to the marketed size (:data:`GPU_MEMORY_GB`)."""
+    marketed = GPU_MEMORY_GB.get(gpu)
     match = _SIZE_MIB.search(gpu_info)
     if match is None and cloud == "lambda":
         match = _TOTAL_MIB.search(gpu_info)  # Lambda's total is per GPU
-    if match is not None:
-        return round(float(match.group(1)) / 1024, 2)
-    known = GPU_MEMORY_GB.get(gpu)
-    return None if known is None else float(known)
+    if match is None:
+        return marketed
+    reported = round(float(match.group(1)) / 1024, 2)
+    if marketed is not None and marketed * (1 - _USABLE_MEMORY_SLACK) <= reported <= marketed:
+        return marketed
+    return reported
 
 
 def _canonical(gpu: str) -> str:

@@ -77,6 +77,14 @@ def test_quirks_are_fixed_and_unsold_rows_dropped(shared_scan):
 
 
 @pytest.mark.shared
+def test_aws_usable_memory_reads_as_the_marketed_size(shared_scan):
+    memory = {(o.gpu, o.gpu_memory_gb) for o in _rows(shared_scan, cloud="aws")}
+    assert {("A10G", 24.0), ("L4", 24.0), ("L40S", 48.0), ("B200", 180.0), ("H100", 80.0)} <= memory
+    assert ("B300", 268.59) in memory  # not in the marketed table: GpuInfo as reported
+    assert len({m for g, m in memory if g in ("A10G", "L4", "L40S")}) == 2
+
+
+@pytest.mark.shared
 def test_lambda_memory_is_per_gpu(shared_scan):
     a100x8 = _rows(shared_scan, cloud="lambda", instance_type="gpu_8x_a100")
     assert a100x8 and all(o.gpu_memory_gb == 40.0 and o.gpus_per_node == 8 for o in a100x8)
