@@ -29,6 +29,7 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
 import pulp
 
 from planner.errors import SolverError
@@ -95,7 +96,7 @@ def solve(
     exclude_families: Iterable[frozenset] = (),
 ) -> Solution | None:
     """The best plan, or ``None`` when no plan satisfies the limits."""
-    if not configs or work <= 0:
+    if not configs or work <= 0 or not _may_be_feasible(configs, work, limits):
         return None
     prob = pulp.LpProblem("danlu_plan", pulp.LpMinimize)
     idx = range(len(configs))
@@ -160,6 +161,29 @@ def solve(
             phases.append(Phase(config=c, hours=h[k].value() + switch, switch_hours=switch))
     phases.sort(key=lambda p: (p.switch_hours > 0, PURCHASE_CLASS[p.config.purchase], -p.config.burn))
     return Solution(tuple(phases))
+
+
+def _may_be_feasible(configs: list[Config], work: float, limits: Limits) -> bool:
+    """A necessary condition, checked before the MILP because proving infeasibility can take
+    HiGHS seconds.  Without switch overheads, caps and the whole-term charge, a plan is a
+    convex mix of "whole job on k" points (cost_k, P90 time_k), so some mix must fit in the
+    box budget x deadline: the cheapest mix that meets the deadline lies on a segment
+    between a point inside the deadline and one outside it."""
+    cost = np.array([work * c.burn / c.rate + c.fixed_usd for c in configs])
+    time = np.array([work * c.p90_factor / c.rate for c in configs])
+    deadline = limits.deadline_hours * (1 + 1e-9) if limits.deadline_hours is not None else np.inf
+    budget = limits.budget_usd * (1 + 1e-9) if limits.budget_usd is not None else np.inf
+    inside = time <= deadline
+    if not inside.any():
+        return False
+    best = cost[inside].min()
+    if best <= budget or not np.isfinite(deadline):
+        return bool(best <= budget)
+    ti, ci = time[inside][:, None], cost[inside][None, :].T
+    tj, cj = time[~inside][None, :], cost[~inside][None, :]
+    share = (tj - deadline) / (tj - ti)  # weight on the inside point that lands exactly on the deadline
+    mixed = share * ci + (1 - share) * cj
+    return bool(mixed.size and mixed.min() <= budget)
 
 
 def _variable_factory(prob: pulp.LpProblem):
