@@ -12,7 +12,7 @@ from rich.console import Console
 
 from planner.job import load_job
 from planner.quote import make_quote
-from planner.report import plot_frontier, quote_json, render_quote
+from planner.report import plot_frontier, price_age, quote_json, render_quote
 from pricing.sources import resolve_catalog
 
 EXIT_INFEASIBLE = 2
@@ -34,7 +34,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="price catalog: a SkyPilot v8 catalog directory (<cloud>/*.csv) or an offerings CSV; "
                         "default: the embedded snapshot merged with `planner prices refresh`/`import` data")
     p.add_argument("--json", action="store_true", help="print one JSON object (see README) instead of tables")
-    p.add_argument("--top", type=int, default=3, metavar="N", help="number of alternatives to show (default 3)")
+    p.add_argument("--top", type=_count, default=3, metavar="N", help="number of alternatives to show (default 3)")
     p.add_argument("--objective", choices=("cost", "time", "carbon"),
                    help="override the job's [objective] minimize")
     p.add_argument("--plot", metavar="PNG", help="write the cost-vs-time frontier as a PNG")
@@ -45,16 +45,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=handle)
 
 
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
 def handle(args: argparse.Namespace, console: Console) -> int:
     job = load_job(args.job)
     if args.objective:
         job = job.with_changes(objective={"minimize": args.objective})
-    if args.top < 0:
-        raise SystemExit("--top must be >= 0")
     catalog = resolve_catalog(args.catalog, use_cache=not args.no_cache)
     quote = make_quote(job, catalog, top=args.top)
-    if quote.catalog.oldest is not None:
-        age = (quote.today - quote.catalog.oldest).days
+    age = price_age(quote)["age_days"]
+    if age is not None:
         if age > args.max_price_age and quote.candidates is not None:
             quote.candidates.warnings.append(
                 f"prices are {age} days old (older than {args.max_price_age:g}); run `planner prices refresh`"
@@ -62,9 +67,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if args.plot:
         _write_plot(quote, Path(args.plot))
     if args.json:
-        console.print_json(json.dumps(quote_json(quote)), indent=2) if console.is_terminal else print(
-            json.dumps(quote_json(quote), indent=2)
-        )
+        print(json.dumps(quote_json(quote), indent=2))
     else:
         render_quote(quote, console, args.top)
         if args.plot:
