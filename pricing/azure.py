@@ -107,7 +107,9 @@ def _restricted(sku: Any, region: str) -> bool:
     zones = {z for info in sku.location_info or () if info.location.lower() == region for z in info.zones or ()}
     blocked: set[str] = set()
     for r in sku.restrictions or ():
-        if r.type == "Location" and region in {v.lower() for v in r.values or ()}:
+        # v39 models are MutableMappings, where ``.values`` is the dict method, not the field.
+        values = r.get("values") if isinstance(r, Mapping) else r.values
+        if r.type == "Location" and region in {v.lower() for v in values or ()}:
             return True
         if r.type == "Zone" and r.restriction_info is not None:
             blocked.update(r.restriction_info.zones or ())

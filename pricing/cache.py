@@ -6,8 +6,7 @@ row carries the UTC time it was fetched.  A refresh replaces a cloud's regions i
 one transaction, so a reader sees either the old prices or the new ones, never half
 of each, and a refresh that fails part-way leaves the file as it was.
 
-``planner quote`` reads the cache with :func:`load_cached_catalog` and lays it over
-the embedded snapshot with :func:`overlay`, region by region, fresher side wins.
+``planner quote`` reads the cache with :func:`load_cached_catalog`.
 """
 
 from __future__ import annotations
@@ -29,10 +28,6 @@ from pricing.refresh import FetchResult
 DATA_DIR_ENV = "DANLU_DATA_DIR"
 """Environment variable that moves the data directory (and so the cache) elsewhere."""
 
-MAX_AGE_ENV = "DANLU_MAX_PRICE_AGE_DAYS"
-"""Environment variable: quotes warn when their prices are older than this many days."""
-
-DEFAULT_MAX_AGE_DAYS = 7.0
 CACHE_FILENAME = "prices.sqlite3"
 SCHEMA_VERSION = 1
 
@@ -129,6 +124,8 @@ class PriceCache:
         Only each result's completely fetched ``regions`` are replaced; regions that
         failed keep the prices they had.
         """
+        if not any(result.regions for result in results):
+            return 0
         written = 0
         with self._transaction() as conn:
             for result in results:
@@ -255,72 +252,3 @@ def load_cached_catalog(path: Path | None = None) -> Catalog | None:
     """
     catalog = PriceCache(path or default_cache_path()).load()
     return catalog if len(catalog) else None
-
-
-def overlay(embedded: Catalog, cached: Catalog | None) -> Catalog:
-    """``embedded`` with each (cloud, region) replaced by the cache's when the cache's is fresher.
-
-    Whole regions are swapped, not single rows: a refresh that no longer lists an
-    instance type in a region means it is no longer sold there.
-    """
-    if cached is None or not len(cached):
-        return embedded
-    newest: dict[tuple[str, str], dt.date] = {}
-    for o in cached:
-        key = (o.cloud, o.region)
-        newest[key] = max(newest.get(key, o.as_of), o.as_of)
-    embedded_day: dict[tuple[str, str], dt.date] = {}
-    for o in embedded:
-        key = (o.cloud, o.region)
-        embedded_day[key] = max(embedded_day.get(key, o.as_of), o.as_of)
-    fresher = {k for k, day in newest.items() if day >= embedded_day.get(k, dt.date.min)}
-    if not fresher:
-        return embedded
-    rows = [o for o in embedded if (o.cloud, o.region) not in fresher]
-    rows += [o for o in cached if (o.cloud, o.region) in fresher]
-    return Catalog(tuple(rows), origin=f"{cached.origin} + {embedded.origin}")
-
-
-@dataclass(frozen=True, slots=True)
-class PriceAge:
-    """Where a set of prices came from and how old the oldest of them is."""
-
-    origin: str
-    as_of: dt.date
-    age_days: float
-
-    def to_json(self) -> dict[str, object]:
-        return {"origin": self.origin, "as_of": self.as_of.isoformat(), "age_days": round(self.age_days, 2)}
-
-    def warning(self, max_age_days: float) -> str | None:
-        """A one-line warning when the prices are older than ``max_age_days``."""
-        if self.age_days <= max_age_days:
-            return None
-        return (
-            f"prices are {self.age_days:.0f} days old (as of {self.as_of}, from {self.origin}); "
-            "run 'planner prices refresh' for current ones"
-        )
-
-
-def price_age(offerings: Iterable[Offering], origin: str, now: dt.datetime | None = None) -> PriceAge | None:
-    """The age of the oldest of ``offerings`` (``None`` when there are none)."""
-    oldest = min((o.as_of for o in offerings), default=None)
-    if oldest is None:
-        return None
-    now = now or dt.datetime.now(dt.timezone.utc)
-    start = dt.datetime.combine(oldest, dt.time(), tzinfo=dt.timezone.utc)
-    return PriceAge(origin=origin, as_of=oldest, age_days=max(0.0, (now - start).total_seconds() / 86400.0))
-
-
-def max_price_age_days() -> float:
-    """The age past which quotes warn: ``$DANLU_MAX_PRICE_AGE_DAYS`` or 7 days."""
-    text = os.environ.get(MAX_AGE_ENV)
-    if not text:
-        return DEFAULT_MAX_AGE_DAYS
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if value < 0:
-        raise PricingError(f"environment variable {MAX_AGE_ENV}={text!r} is not a number of days >= 0; fix or unset it")
-    return value

@@ -199,27 +199,29 @@ class RefreshReport:
 
 
 def refresh(
-    fetchers: Sequence[PriceFetcher],
+    clouds: Sequence[str],
     cache: PriceCache,
     *,
     regions: Sequence[str] | None = None,
+    make_fetcher: Callable[[str], PriceFetcher] | None = None,
     progress_for: Callable[[str], ProgressCallback | None] | None = None,
 ) -> RefreshReport:
-    """Fetch every cloud in ``fetchers`` and store all results in ``cache`` at once.
+    """Fetch every cloud in ``clouds`` and store all results in ``cache`` at once.
 
-    Nothing is written until every
-    fetcher has finished, and then in one transaction, so an interrupted refresh
-    leaves the cache exactly as it was.  A fetcher that fails before its first
-    region (for example while finding its credentials) is recorded as a failure of
-    every requested region, and the other clouds still go ahead.
+    ``make_fetcher(cloud)`` builds each fetcher (default: :func:`create_fetcher` with
+    no options).  Nothing is written until every fetcher has finished, and then in
+    one transaction, so an interrupted refresh leaves the cache exactly as it was.
+    A cloud that fails before its first region (no credentials, a bad region name)
+    is recorded as a failure of every requested region; the other clouds go ahead.
     """
+    build = make_fetcher or create_fetcher
     results: list[FetchResult] = []
-    for fetcher in fetchers:
-        progress = progress_for(fetcher.cloud) if progress_for else None
+    for cloud in clouds:
+        progress = progress_for(cloud) if progress_for else None
         try:
-            results.append(fetcher.fetch(regions, progress))
+            results.append(build(cloud).fetch(regions, progress))
         except FetchError as exc:
             failed = tuple(RegionError(r, str(exc)) for r in (regions or ("*",)))
-            results.append(FetchResult(cloud=fetcher.cloud, fetched_at=utc_now(), errors=failed))
+            results.append(FetchResult(cloud=cloud, fetched_at=utc_now(), errors=failed))
     stored = cache.store_results(results)
     return RefreshReport(results=tuple(results), cache_path=cache.path, stored_rows=stored)
