@@ -95,8 +95,8 @@ def _ending_rows(alert: Alert) -> list[tuple[str, str]]:
     fc = alert.forecast
     if RunOutcome(ended.outcome) is RunOutcome.COMPLETED or fc is None or fc.remaining_hours <= 0:
         return rows
-    rows.append(("Work remaining", f"{fc.remaining_hours:,.1f} h on the current plan"))
-    rows.append(("Cost to finish", f"{_usd(fc.remaining_usd)} more, {_usd(fc.total_usd)} in total"))
+    rows.append(("Cost to finish", f"{_usd(fc.remaining_usd)} more for the {fc.remaining_hours:,.1f} h of work "
+                                   f"left, {_usd(fc.total_usd)} in total"))
     if alert.budget_usd and fc.total_usd > alert.budget_usd:
         rows.append(("To finish", f"raise [constraints].budget_usd to at least {_usd(fc.total_usd)} "
                                   f"({_usd(fc.total_usd - alert.budget_usd)} more) and resume the run "

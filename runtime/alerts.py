@@ -286,11 +286,12 @@ class AlertPolicy:
         if not fresh:
             return None
         top = max(fresh)
-        what = "spend" if kind is AlertKind.ACTUAL else "forecast spend"
-        headline = (f"{what} ${figure:,.2f} reached {top:.0%} of the ${self.budget_usd:,.2f} budget"
-                    if kind is AlertKind.ACTUAL else
-                    f"{what} ${figure:,.2f} is {figure / self.budget_usd:.0%} of the ${self.budget_usd:,.2f} "
-                    f"budget (threshold {top:.0%})")
+        budget = f"${self.budget_usd:,.2f} budget"
+        if kind is AlertKind.ACTUAL:
+            headline = f"spend ${figure:,.2f} reached {top:.0%} of the {budget}"
+        else:
+            headline = (f"forecast spend ${figure:,.2f} is {figure / self.budget_usd:.0%} of the {budget} "
+                        f"(threshold {top:.0%})")
         return self._alert(kind, _threshold_key(kind, top), snapshot, forecast, headline, threshold=top,
                            covers=tuple(_threshold_key(kind, t) for t in fresh))
 

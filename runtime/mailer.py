@@ -120,9 +120,9 @@ class Mailer:
         env = os.environ if env is None else env
         user, password = env.get(USER_ENV) or None, env.get(PASSWORD_ENV) or None
         if (user is None) != (password is None):
-            missing = PASSWORD_ENV if password is None else USER_ENV
-            raise AlertConfigError(f"{missing} is not set while {USER_ENV if missing == PASSWORD_ENV else PASSWORD_ENV}"
-                                   f" is; set both for SMTP AUTH, or neither to send without logging in")
+            missing, present = (PASSWORD_ENV, USER_ENV) if password is None else (USER_ENV, PASSWORD_ENV)
+            raise AlertConfigError(f"{missing} is not set while {present} is; set both for SMTP AUTH, "
+                                   "or neither to send without logging in")
         self.config = config
         self.outbox = Path(outbox_dir)
         self.target = SmtpTarget.from_url(config.smtp_url) if config.smtp_url else None
@@ -189,6 +189,7 @@ class Mailer:
         return self.pending()
 
     def pending(self) -> int:
+        """How many messages wait for delivery."""
         return sum(1 for e in self.entries() if e.status is OutboxStatus.QUEUED)
 
     def entries(self) -> list[OutboxEntry]:
@@ -263,6 +264,9 @@ class Mailer:
             return
         except (OSError, smtplib.SMTPException) as exc:
             error = _describe(exc, self.target)
+            if not remaining:  # everything went out; only the goodbye (QUIT) failed
+                logger.info("budget alerts: %s after the last message", error)
+                return
             self._failures += 1
             delay = min(self._retry_max_s, self._retry_initial_s * 2 ** (self._failures - 1))
             self._next_attempt_at = self._clock() + delay
@@ -333,9 +337,9 @@ class Mailer:
         except smtplib.SMTPNotSupportedError:
             raise _LoginFailed(f"{self.target} does not support SMTP AUTH; unset {USER_ENV} and "
                                f"{PASSWORD_ENV} or use a server that accepts logins") from None
+        except smtplib.SMTPServerDisconnected:
+            raise  # a dropped connection is an outage, retried like any other
         except smtplib.SMTPException as exc:
-            if isinstance(exc, smtplib.SMTPServerDisconnected):
-                raise
             raise _LoginFailed(f"SMTP login to {self.target} is not possible ({_text(str(exc))}); check "
                                f"the server's AUTH mechanisms and {USER_ENV}/{PASSWORD_ENV}") from None
 

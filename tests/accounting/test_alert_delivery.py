@@ -99,7 +99,6 @@ def test_each_alert_arrives_exactly_once_with_its_figures(tmp_path, smtp_servers
     final = by_key["run-ended"].get_body(("plain",)).get_content()
     left = WORK_HOURS - hours
     assert float(by_key["run-ended"]["X-Danlu-Spent-USD"]) == pytest.approx(final_spent, abs=0.005)
-    assert re.search(rf"Work remaining: +{left:,.1f} h on the current plan", final)
-    assert re.search(rf"Cost to finish: +\${100 * left:,.2f} more, \${final_spent + 100 * left:,.2f} in total",
-                     final)
+    assert re.search(rf"Cost to finish: +\${100 * left:,.2f} more for the {left:,.1f} h of work left, "
+                     rf"\${final_spent + 100 * left:,.2f} in total", final)
     assert "raise [constraints].budget_usd to at least" in final
