@@ -363,13 +363,13 @@ class GcpPriceFetcher:
 
         try:
             return self._retry.call(fn, retry_after=_retry_after, cloud=CLOUD, what=what)
-        except (gx.Unauthenticated, ga.DefaultCredentialsError, ga.RefreshError) as exc:
+        except (gx.Unauthenticated, gx.Unauthorized, ga.DefaultCredentialsError, ga.RefreshError) as exc:
             raise MissingCredentialsError(
                 CLOUD,
                 f"no usable credentials for {what} ({type(exc).__name__}); run "
                 "'gcloud auth application-default login' or set GOOGLE_APPLICATION_CREDENTIALS",
             ) from exc
-        except gx.PermissionDenied as exc:
+        except (gx.PermissionDenied, gx.Forbidden) as exc:  # gRPC status / REST HTTP 403
             raise AccessDeniedError(
                 CLOUD,
                 f"{what} was denied; enable the Cloud Billing and Compute Engine APIs in project "

@@ -51,7 +51,7 @@ class ThroughputTable:
             close = difflib.get_close_matches(name.lower(), list(self.models), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise UnknownModelError(
-                f"unknown model {name!r}{hint} Known models: {', '.join(sorted(self.models))} "
+                f"unknown model {name!r}{hint}. Known models: {', '.join(sorted(self.models))} "
                 "(`planner bench --list`), or give [workload.throughput] per GPU in the job file"
             ) from None
 
