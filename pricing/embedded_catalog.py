@@ -211,10 +211,14 @@ def load_local_catalog() -> Catalog:
     folder = imported_dir()
     if folder.is_dir():
         for file in sorted(folder.glob("*.csv")):
-            base = {o.key: o for o in catalog}
-            rows = [carry_over(base.get(o.key), o) for o in read_offerings_csv(file)]
-            catalog = catalog.merged_with(Catalog.of(rows, origin=f"import {file.name}"))
+            catalog = overlay(catalog, Catalog.of(read_offerings_csv(file), origin=f"import {file.name}"))
     return catalog
+
+
+def overlay(base: Catalog, newer: Catalog) -> Catalog:
+    """``base`` with ``newer``'s rows merged over it, each keeping what it lacks from the row it replaces."""
+    rows = {o.key: o for o in base}
+    return base.merged_with(Catalog.of([carry_over(rows.get(o.key), o) for o in newer], origin=newer.origin))
 
 
 def carry_over(old: Offering | None, new: Offering) -> Offering:

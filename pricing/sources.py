@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from pricing.catalog import Catalog
-from pricing.embedded_catalog import load_catalog_path, load_embedded_catalog, load_local_catalog
+from pricing.cache import load_cached_catalog
+from pricing.embedded_catalog import load_catalog_path, load_embedded_catalog, load_local_catalog, overlay
 
 
 def resolve_catalog(path: str | Path | None = None, *, use_cache: bool = True) -> Catalog:
@@ -16,11 +17,7 @@ def resolve_catalog(path: str | Path | None = None, *, use_cache: bool = True) -
     if not use_cache:
         return load_embedded_catalog()
     catalog = load_local_catalog()
-    try:
-        from pricing.cache import load_cached_catalog
-    except ImportError:  # the cache needs only sqlite3, but keep quote working if it is absent
-        return catalog
     cached = load_cached_catalog()
     if cached is not None and len(cached):
-        catalog = catalog.merged_with(cached)
+        catalog = overlay(catalog, cached)
     return catalog
