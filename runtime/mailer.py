@@ -181,8 +181,9 @@ class Mailer:
     def flush(self, timeout_s: float | None = None) -> int:
         """Try to deliver every queued message now, ignoring the backoff; never raises.
 
-        Waits at most ``timeout_s`` for a delivery already in progress.  Returns how many
-        messages are still queued.
+        Waits at most ``timeout_s`` for a delivery already in progress to finish; each SMTP
+        operation of the delivery itself is bounded by the Mailer's ``timeout_s``.  Returns
+        how many messages are still queued.
         """
         if self.target is not None:
             self._deliver(force=True, lock_timeout=-1 if timeout_s is None else timeout_s)
