@@ -481,9 +481,17 @@ def create_fetcher(*, profile: str | None = None, retry: RetryPolicy | None = No
         raise MissingCredentialsError(CLOUD, f"AWS profile {profile!r} not found; check ~/.aws/config or AWS_PROFILE") from exc
     config = Config(retries={"mode": "standard", "total_max_attempts": 1}, connect_timeout=10, read_timeout=60)
     policy = retry or RetryPolicy()
+
+    def client(service: str, region: str) -> Any:
+        # Clients resolve credentials when built, so a half-configured chain fails here.
+        try:
+            return session.client(service, region_name=region, config=config)
+        except bx.BotoCoreError as exc:
+            raise (_translate(exc, f"creating the {service} client") or exc) from exc
+
     return AwsPriceFetcher(
-        pricing_client=session.client("pricing", region_name=PRICING_API_REGION, config=config),
-        ec2_client=lambda region: session.client("ec2", region_name=region, config=config),
+        pricing_client=client("pricing", PRICING_API_REGION),
+        ec2_client=lambda region: client("ec2", region),
         advisor=lambda: load_spot_advisor(retry=policy),
         retry=policy,
     )

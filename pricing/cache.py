@@ -139,19 +139,17 @@ class PriceCache:
         """Every cached offering, with ``as_of`` set to the (UTC) day it was fetched."""
         if not self.exists:
             return Catalog((), origin=self.origin)
-        with self._connect() as conn:
-            rows = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM offerings ORDER BY cloud, region, zone, instance_type")
-            return Catalog(tuple(_offering(dict(zip(_COLUMNS, row, strict=True))) for row in rows), origin=self.origin)
+        rows = self._query(f"SELECT {', '.join(_COLUMNS)} FROM offerings ORDER BY cloud, region, zone, instance_type")
+        return Catalog(tuple(_offering(dict(zip(_COLUMNS, row, strict=True))) for row in rows), origin=self.origin)
 
     def summary(self) -> list[CloudSummary]:
         """Rows, regions and fetch times per cloud."""
         if not self.exists:
             return []
-        with self._connect() as conn:
-            rows = conn.execute(
-                "SELECT cloud, COUNT(*), COUNT(DISTINCT region), MIN(fetched_at), MAX(fetched_at) "
-                "FROM offerings GROUP BY cloud ORDER BY cloud"
-            ).fetchall()
+        rows = self._query(
+            "SELECT cloud, COUNT(*), COUNT(DISTINCT region), MIN(fetched_at), MAX(fetched_at) "
+            "FROM offerings GROUP BY cloud ORDER BY cloud"
+        )
         return [CloudSummary(c, n, r, _parse_time(lo, self.path), _parse_time(hi, self.path)) for c, n, r, lo, hi in rows]
 
     def age(self, now: dt.datetime | None = None) -> dt.timedelta | None:
@@ -191,35 +189,54 @@ class PriceCache:
         )
         return len(offerings)
 
+    def _query(self, sql: str) -> list[tuple[object, ...]]:
+        with self._connect() as conn:
+            try:
+                return conn.execute(sql).fetchall()
+            except sqlite3.DatabaseError as exc:
+                raise self._unreadable(exc) from exc
+
+    def _unreadable(self, exc: BaseException) -> CacheError:
+        return CacheError(
+            f"{self.path}: not a readable price cache ({exc}); delete the file and run 'planner prices refresh'"
+        )
+
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
         try:
-            with closing(sqlite3.connect(self.path, timeout=30, isolation_level=None)) as conn:
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-                if version > SCHEMA_VERSION:
-                    raise CacheError(
-                        f"{self.path}: price cache schema {version} is newer than this danlu understands "
-                        f"({SCHEMA_VERSION}); upgrade danlu or delete the file and run 'planner prices refresh'"
-                    )
-                yield conn
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
         except sqlite3.DatabaseError as exc:
-            raise CacheError(
-                f"{self.path}: not a readable price cache ({exc}); delete the file and run 'planner prices refresh'"
-            ) from exc
+            raise self._unreadable(exc) from exc
+        with closing(conn):
+            if version > SCHEMA_VERSION:
+                raise CacheError(
+                    f"{self.path}: price cache schema {version} is newer than this danlu understands "
+                    f"({SCHEMA_VERSION}); upgrade danlu or delete the file and run 'planner prices refresh'"
+                )
+            yield conn
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as conn:
-            conn.execute("BEGIN IMMEDIATE")
             try:
+                conn.execute("BEGIN IMMEDIATE")
                 conn.execute(_SCHEMA)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 yield conn
-            except BaseException:
+                conn.execute("COMMIT")
+            except sqlite3.IntegrityError as exc:
                 conn.execute("ROLLBACK")
+                raise CacheError(f"{self.path}: refused rows that break the cache's rules ({exc}); nothing was written") from exc
+            except sqlite3.DatabaseError as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise self._unreadable(exc) from exc
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
 
 
 def _row(o: Offering, stamp: str) -> tuple[object, ...]:

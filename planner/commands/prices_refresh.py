@@ -125,12 +125,14 @@ def _print_report(report: live.RefreshReport, console: Console) -> None:
 
 
 class _ProgressBar:
-    """A rich progress bar on stderr with one task per cloud (nothing at all when quiet)."""
+    """A rich progress bar on stderr with one task per cloud (none when quiet or not a terminal)."""
 
     def __init__(self, *, quiet: bool):
-        self._progress = None if quiet else Progress(
+        console = Console(stderr=True)
+        # Off the terminal (logs, CI, pipes) a bar would only print its last frame: leave it out.
+        self._progress = None if quiet or not console.is_terminal else Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=Console(stderr=True), transient=False,
+            console=console, transient=False,
         )  # fmt: skip
 
     def __enter__(self) -> Callable[[str], live.ProgressCallback | None]:
