@@ -10,6 +10,7 @@ that keeps the deadline safe.
 
     work       sum rate_k h_k                      >= W
     link       h_k                                  <= (W / rate_k, or the term) y_k
+    capacity   sum of h_k over one reservation's configurations <= its hours left
     deadline   sum p90_k h_k + R sum (y_k - f_k)    <= D        (P90 wall time)
     budget     sum burn_k h_k + fixed_k y_k + R burn_k (y_k - f_k) <= B
     first      sum f_k = 1,  f_k <= y_k,  f_k + u_c <= 1 for classes c before k's,  y_k <= u_class(k)
@@ -140,6 +141,13 @@ def solve(
         prob += y[k] <= u[cls], f"class{k}"
         for earlier in (e for e in classes if e < cls):
             prob += f[k] + u[earlier] <= 1, f"order{k}_{earlier}"
+    # Phases run one after another, so configurations of one reservation share its hours.
+    capped: dict[tuple, list[int]] = {}
+    for k, c in enumerate(configs):
+        if c.max_hours is not None:
+            capped.setdefault(c.family, []).append(k)
+    for i, members in enumerate(capped.values()):
+        prob += pulp.lpSum(h[k] for k in members) <= configs[members[0]].max_hours, f"reservation{i}"
     prob += pulp.lpSum(f) == 1, "one_first"
     prob += pulp.lpSum(y) <= limits.max_phases, "phases"
     if limits.deadline_hours is not None:

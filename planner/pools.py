@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -20,7 +20,9 @@ from planner.errors import PlannerError
 from planner.job import JobSpec
 from planner.overhead import NOTICE_HOURS, SpotOverhead, spot_overhead
 from planner.workload import WorkModel
+from pricing.carbon import kg_co2e_per_node_hour
 from pricing.catalog import HOURS_PER_YEAR, Catalog, CatalogFilter, Offering
+from pricing.risk import interruption_rate as default_interruption_rate
 
 HELD = "reserved_held"
 TERM_YEARS = {"reserved_1y": 1, "reserved_3y": 3}
@@ -84,10 +86,8 @@ def candidate_configs(
 ) -> CandidateSet:
     """Every feasible configuration of the job on the catalog, dominated ones pruned."""
     today = today or dt.date.today()
-    if interruption_rate is None:
-        from pricing.risk import interruption_rate
-    if carbon_per_node_hour is None:
-        from pricing.carbon import kg_co2e_per_node_hour as carbon_per_node_hour
+    interruption_rate = interruption_rate or default_interruption_rate
+    carbon_per_node_hour = carbon_per_node_hour or kg_co2e_per_node_hour
     c = job.constraints
     allowed = set(job.purchase.allow)
     flt = CatalogFilter(
@@ -129,7 +129,7 @@ def _one_per_region(offerings) -> list[Offering]:
     return list(best.values())
 
 
-def _configs(job, work, offering, purchase, price, max_gpus, risk, carbon, *, max_nodes=None, fixed=True):
+def _configs(job, work, offering, purchase, price, max_gpus, risk, carbon, *, max_nodes=None):
     speed = work.speed(offering.gpu)
     out = []
     limit = min(job.constraints.max_nodes, max_nodes or 10**9)
@@ -138,13 +138,13 @@ def _configs(job, work, offering, purchase, price, max_gpus, risk, carbon, *, ma
         if gpus > max_gpus:
             break
         raw = gpus * speed * work.efficiency_per_doubling ** math.log2(gpus) * 3600.0
-        cfg = _config(job, work, offering, purchase, price, n, raw, risk, carbon, fixed)
+        cfg = _config(job, work, offering, purchase, price, n, raw, risk, carbon)
         if cfg is not None:
             out.append(cfg)
     return out
 
 
-def _config(job, work, o, purchase, price, n, raw, risk, carbon, fixed):
+def _config(job, work, o, purchase, price, n, raw, risk, carbon):
     kg = carbon(o)
     estimated = kg is None
     if kg is None:
@@ -202,14 +202,8 @@ def _held_configs(job, work, catalog, today, max_gpus, carbon, warnings) -> list
             warnings.append(f"purchase.held[{i}]: reservation ended on {held.until}; not used")
             continue
         for cfg in _configs(job, work, o, HELD, 0.0, max_gpus, None, carbon, max_nodes=held.count):
-            out.append(_replace_max_hours(cfg, hours_left))
+            out.append(replace(cfg, max_hours=hours_left))
     return out
-
-
-def _replace_max_hours(cfg: Config, hours: float) -> Config:
-    from dataclasses import replace
-
-    return replace(cfg, max_hours=hours, fixed_usd=0.0, hourly_usd=0.0)
 
 
 def prune_dominated(configs: list[Config], *, carbon: bool = False) -> list[Config]:

@@ -42,17 +42,32 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "previous prices. Exit code 0: all fetched; 1: some regions or clouds failed; 2: nothing fetched."
         ),
     )
-    parser.add_argument("--cloud", action="append", choices=live.CLOUDS, metavar="CLOUD",
-                        help=f"one of {', '.join(live.CLOUDS)}; repeatable (default: all)")
-    parser.add_argument("--region", action="append", metavar="REGION",
-                        help="only this region, in the cloud's own naming (us-east-1, eastus, us-central1); "
-                             "repeatable; needs exactly one --cloud (default: every region the account sees)")
-    parser.add_argument("--cache", metavar="PATH",
-                        help="the cache file (default: prices.sqlite3 in $DANLU_DATA_DIR or the user data dir)")
+    parser.add_argument(
+        "--cloud",
+        action="append",
+        choices=live.CLOUDS,
+        metavar="CLOUD",
+        help=f"one of {', '.join(live.CLOUDS)}; repeatable (default: all)",
+    )
+    parser.add_argument(
+        "--region",
+        action="append",
+        metavar="REGION",
+        help="only this region, in the cloud's own naming (us-east-1, eastus, us-central1); "
+        "repeatable; needs exactly one --cloud (default: every region the account sees)",
+    )
+    parser.add_argument(
+        "--cache",
+        metavar="PATH",
+        help="the cache file (default: prices.sqlite3 in $DANLU_DATA_DIR or the user data dir)",
+    )
     parser.add_argument("--profile", metavar="NAME", help="AWS: a named profile (default: boto3's chain)")
     parser.add_argument("--subscription", metavar="ID", help="Azure: subscription id (default: $AZURE_SUBSCRIPTION_ID)")
-    parser.add_argument("--project", metavar="ID",
-                        help="GCP: project to list zones in (default: $GOOGLE_CLOUD_PROJECT or the ADC project)")
+    parser.add_argument(
+        "--project",
+        metavar="ID",
+        help="GCP: project to list zones in (default: $GOOGLE_CLOUD_PROJECT or the ADC project)",
+    )
     parser.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
     parser.set_defaults(handler=handle)
 
@@ -107,12 +122,22 @@ def report_json(report: live.RefreshReport) -> dict[str, object]:
 
 def _print_report(report: live.RefreshReport, console: Console) -> None:
     table = Table(title=f"Prices stored in {escape(str(report.cache_path))}", title_justify="left", header_style="bold")
-    for column, justify in (("cloud", "left"), ("regions fetched", "right"), ("regions failed", "right"),
-                            ("offerings", "right"), ("warnings", "right")):
+    for column, justify in (
+        ("cloud", "left"),
+        ("regions fetched", "right"),
+        ("regions failed", "right"),
+        ("offerings", "right"),
+        ("warnings", "right"),
+    ):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for r in report.results:
-        table.add_row(r.cloud, str(len(r.regions)), str(len({e.region for e in r.errors})), str(len(r.offerings)),
-                      str(len(r.warnings)))
+        table.add_row(
+            r.cloud,
+            str(len(r.regions)),
+            str(len({e.region for e in r.errors})),
+            str(len(r.offerings)),
+            str(len(r.warnings)),
+        )
     console.print(table)
     for r in report.results:
         for message in dict.fromkeys(f"{e.region}: {e.message}" for e in r.errors):
