@@ -50,6 +50,7 @@ from pricing.refresh import (
     utc_now,
 )
 from pricing.retry import RetryPolicy
+from pricing.skypilot import GPU_MEMORY_GB
 
 CLOUD = "aws"
 PRICING_API_REGION = "us-east-1"
@@ -105,6 +106,19 @@ class ListPrice:
     reserved_3y: float | None
 
 
+USABLE_MEMORY_SLACK = 0.10
+"""EC2 reports usable GPU memory (A10G: 22,888 MiB); within 10 % below the marketed size
+it is read as the marketed size, as the SkyPilot import does, so ``min_gpu_memory_gb``
+compares the same number for every source."""
+
+
+def marketed_memory_gb(gpu: str, reported_gb: float) -> float:
+    marketed = GPU_MEMORY_GB.get(gpu)
+    if marketed is not None and marketed * (1 - USABLE_MEMORY_SLACK) <= reported_gb <= marketed:
+        return marketed
+    return reported_gb
+
+
 def canonical_gpu_name(name: str, memory_mib: float) -> str:
     """The SkyPilot catalog's name for an EC2 GPU (``A100`` with 80 GB is ``A100-80GB``)."""
     if name == "A100" and memory_mib >= 70 * 1024:
@@ -125,11 +139,12 @@ def instance_facts(item: Mapping[str, Any]) -> InstanceFacts | None:
         return None
     gpu = gpus[0]
     memory_mib = float(gpu["MemoryInfo"]["SizeInMiB"])
+    name = canonical_gpu_name(gpu["Name"], memory_mib)
     return InstanceFacts(
         instance_type=item["InstanceType"],
-        gpu=canonical_gpu_name(gpu["Name"], memory_mib),
+        gpu=name,
         gpus=int(gpu["Count"]),
-        gpu_memory_gb=memory_mib / 1024.0,
+        gpu_memory_gb=marketed_memory_gb(name, round(memory_mib / 1024.0, 2)),
         vcpus=float(item["VCpuInfo"]["DefaultVCpus"]),
         memory_gb=float(item["MemoryInfo"]["SizeInMiB"]) / 1024.0,
     )
@@ -210,7 +225,9 @@ class SpotAdvisor:
             }
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise MalformedResponseError(
-                CLOUD, f"spot advisor data from {source} lacks ranges[].index/label or spot_advisor.<region>.Linux.<type>.r ({exc!r})"
+                CLOUD,
+                f"spot advisor data from {source} lacks ranges[].index/label or "
+                f"spot_advisor.<region>.Linux.<type>.r ({exc!r})",
             ) from exc
         return cls(labels=labels, buckets=buckets)
 
@@ -237,7 +254,9 @@ def load_spot_advisor(
         return 0.0 if status in (429, 500, 502, 503, 504) else None
 
     try:
-        data = (retry or RetryPolicy()).call(get, retry_after=retry_after, cloud=CLOUD, what="the spot advisor download")
+        data = (retry or RetryPolicy()).call(
+            get, retry_after=retry_after, cloud=CLOUD, what="the spot advisor download"
+        )
     except requests.ConnectionError as exc:
         raise NetworkError(CLOUD, f"cannot reach {url}; check the network or HTTPS_PROXY") from exc
     except ValueError as exc:  # requests' JSONDecodeError is a ValueError too
@@ -323,7 +342,8 @@ class AwsPriceFetcher:
             for zone, spot_price in sorted(zones.items()):
                 if price.on_demand is not None and spot_price > price.on_demand:
                     run.warnings.append(
-                        f"aws {zone} {itype}: spot {spot_price:g} is above on-demand {price.on_demand:g} (kept as quoted)"
+                        f"aws {zone} {itype}: spot {spot_price:g} is above on-demand {price.on_demand:g} "
+                        "(kept as quoted)"
                     )
                 offerings.append(replace(base, zone=zone, spot=spot_price))
         if unpriced:
@@ -449,19 +469,27 @@ def _translate(exc: BaseException, what: str) -> FetchError | None:
             f"no usable credentials ({type(exc).__name__}); run 'aws configure' or 'aws sso login', "
             "or set AWS_PROFILE (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)",
         )
-    if isinstance(exc, (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.ReadTimeoutError, bx.ConnectionClosedError)):
+    if isinstance(
+        exc, (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.ReadTimeoutError, bx.ConnectionClosedError)
+    ):
         return NetworkError(CLOUD, f"cannot reach AWS for {what}; check the network connection or HTTPS_PROXY")
     if isinstance(exc, bx.ClientError):
         code, _ = _error_code(exc)
         if code in _BAD_CREDENTIALS:
             return MissingCredentialsError(
-                CLOUD, f"AWS rejected the credentials ({code}) during {what}; refresh them ('aws sso login' or 'aws configure')"
+                CLOUD,
+                f"AWS rejected the credentials ({code}) during {what}; "
+                "refresh them ('aws sso login' or 'aws configure')",
             )
         if code in _DENIED:
             return AccessDeniedError(CLOUD, f"{what} was denied ({code}); grant {_PERMISSIONS} to these credentials")
         if code == "OptInRequired":
-            return FetchError(CLOUD, f"{what}: the region is not enabled for this account; enable it or drop it from --region")
-        return FetchError(CLOUD, f"{what} failed ({code or type(exc).__name__}); rerun 'planner prices refresh --cloud aws'")
+            return FetchError(
+                CLOUD, f"{what}: the region is not enabled for this account; enable it or drop it from --region"
+            )
+        return FetchError(
+            CLOUD, f"{what} failed ({code or type(exc).__name__}); rerun 'planner prices refresh --cloud aws'"
+        )
     if isinstance(exc, bx.BotoCoreError):
         return FetchError(CLOUD, f"{what} failed ({type(exc).__name__}: {exc})")
     return None
@@ -478,7 +506,9 @@ def create_fetcher(*, profile: str | None = None, retry: RetryPolicy | None = No
     try:
         session = boto3.Session(profile_name=profile)
     except bx.ProfileNotFound as exc:
-        raise MissingCredentialsError(CLOUD, f"AWS profile {profile!r} not found; check ~/.aws/config or AWS_PROFILE") from exc
+        raise MissingCredentialsError(
+            CLOUD, f"AWS profile {profile!r} not found; check ~/.aws/config or AWS_PROFILE"
+        ) from exc
     config = Config(retries={"mode": "standard", "total_max_attempts": 1}, connect_timeout=10, read_timeout=60)
     policy = retry or RetryPolicy()
 

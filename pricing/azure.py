@@ -44,26 +44,29 @@ from pricing.refresh import (
     utc_now,
 )
 from pricing.retry import RetryPolicy
+from pricing.skypilot import GPU_MEMORY_GB
 
 CLOUD = "azure"
 RETAIL_PRICES_URL = "https://prices.azure.com/api/retail/prices"
 RETAIL_API_VERSION = "2023-01-01-preview"
 SUBSCRIPTION_ENV = "AZURE_SUBSCRIPTION_ID"
 
-GPU_FAMILIES: Mapping[str, tuple[str, float]] = {
-    "standardNCSv3Family": ("V100", 16.0),
-    "standardNDSv2Family": ("V100-32GB", 32.0),
-    "StandardNCASv3_T4Family": ("T4", 16.0),
-    "StandardNDASv4_A100Family": ("A100", 40.0),
-    "StandardNCADSA100v4Family": ("A100-80GB", 80.0),
-    "standardNDAMSv4_A100Family": ("A100-80GB", 80.0),
-    "StandardNCADSA10v4Family": ("A10", 24.0),
-    "standardNDSH100v5Family": ("H100", 80.0),
-    "StandardNCadsH100v5Family": ("H100", 94.0),
-    "StandardNCCads2023Family": ("H100", 94.0),
-    "standardNDISRH200V5Family": ("H200", 141.0),
+GPU_FAMILIES: Mapping[str, str] = {
+    "standardNCSv3Family": "V100",
+    "standardNDSv2Family": "V100-32GB",
+    "StandardNCASv3_T4Family": "T4",
+    "StandardNDASv4_A100Family": "A100",
+    "StandardNCADSA100v4Family": "A100-80GB",
+    "standardNDAMSv4_A100Family": "A100-80GB",
+    "StandardNCADSA10v4Family": "A10",
+    "standardNDSH100v5Family": "H100",
+    "StandardNCadsH100v5Family": "H100",
+    "StandardNCCads2023Family": "H100",
+    "standardNDISRH200V5Family": "H200",
 }
-"""ARM size family -> (SkyPilot GPU name, GB per GPU).  NC H100 v5 carries the 94 GB H100 NVL."""
+"""ARM size family -> SkyPilot GPU name.  GB per GPU come from the marketed sizes in
+:data:`pricing.skypilot.GPU_MEMORY_GB` (the 94 GB H100 NVL of NC H100 v5 counts as 80,
+the conservative H100 figure the rest of the catalog uses)."""
 
 _REGION = re.compile(r"^[a-z][a-z0-9]+$")
 _EXCLUDED_PRODUCTS = (" Win", " Cloud Services", " CloudServices")
@@ -92,12 +95,12 @@ def size_facts(sku: Any, region: str) -> SizeFacts | None:
     caps = {c.name: c.value for c in sku.capabilities or ()}
     if "GPUs" not in caps:
         return None
-    gpu, memory = GPU_FAMILIES[sku.family.replace(" ", "")]
+    gpu = GPU_FAMILIES[sku.family.replace(" ", "")]
     return SizeFacts(
         name=sku.name,
         gpu=gpu,
         gpus=int(caps["GPUs"]),
-        gpu_memory_gb=memory,
+        gpu_memory_gb=GPU_MEMORY_GB[gpu],
         vcpus=float(caps["vCPUs"]),
         memory_gb=float(caps["MemoryGB"]),
     )
@@ -213,7 +216,8 @@ class AzurePriceFetcher:
                     facts = size_facts(sku, where)
                 except (AttributeError, KeyError, TypeError, ValueError) as exc:
                     raise MalformedResponseError(
-                        CLOUD, f"malformed resource SKU {getattr(sku, 'name', '?')} in {where}: {exc!r}; please report it"
+                        CLOUD,
+                        f"malformed resource SKU {getattr(sku, 'name', '?')} in {where}: {exc!r}; please report it",
                     ) from exc
                 if facts is not None:
                     found.setdefault(where, []).append(facts)
@@ -234,12 +238,22 @@ class AzurePriceFetcher:
                 run.warnings.append(f"azure {region} {facts.name}: spot {spot:g} is above pay-as-you-go {on_demand:g}")
             offerings.append(
                 Offering(
-                    cloud=CLOUD, region=region, zone=None, instance_type=facts.name, gpu=facts.gpu,
-                    gpus_per_node=facts.gpus, gpu_memory_gb=facts.gpu_memory_gb, vcpus=facts.vcpus,
-                    memory_gb=facts.memory_gb, on_demand=on_demand, spot=spot,
-                    reserved_1y=prices.reserved.get((key, 1)), reserved_3y=prices.reserved.get((key, 3)),
-                    as_of=run.fetched_at.date(), source=source,
-                )  # fmt: skip
+                    cloud=CLOUD,
+                    region=region,
+                    zone=None,
+                    instance_type=facts.name,
+                    gpu=facts.gpu,
+                    gpus_per_node=facts.gpus,
+                    gpu_memory_gb=facts.gpu_memory_gb,
+                    vcpus=facts.vcpus,
+                    memory_gb=facts.memory_gb,
+                    on_demand=on_demand,
+                    spot=spot,
+                    reserved_1y=prices.reserved.get((key, 1)),
+                    reserved_3y=prices.reserved.get((key, 3)),
+                    as_of=run.fetched_at.date(),
+                    source=source,
+                )
             )
         return offerings
 
@@ -277,7 +291,9 @@ class AzurePriceFetcher:
         try:
             return self._retry.call(get, retry_after=_retry_after, cloud=CLOUD, what=what)
         except requests.ConnectionError as exc:
-            raise NetworkError(CLOUD, f"cannot reach prices.azure.com for {what}; check the network or HTTPS_PROXY") from exc
+            raise NetworkError(
+                CLOUD, f"cannot reach prices.azure.com for {what}; check the network or HTTPS_PROXY"
+            ) from exc
         except ValueError as exc:  # requests' JSONDecodeError is a ValueError too
             raise MalformedResponseError(CLOUD, f"{what} was not JSON ({exc})") from exc
         except requests.RequestException as exc:
@@ -303,9 +319,12 @@ class AzurePriceFetcher:
                 ) from exc
             if exc.status_code in (401, 404) and "subscription" in str(exc).lower():
                 raise MissingCredentialsError(
-                    CLOUD, f"the subscription was not found or not accessible; check --subscription or ${SUBSCRIPTION_ENV}"
+                    CLOUD,
+                    f"the subscription was not found or not accessible; check --subscription or ${SUBSCRIPTION_ENV}",
                 ) from exc
-            raise FetchError(CLOUD, f"{what} failed (HTTP {exc.status_code}); rerun 'planner prices refresh --cloud azure'") from exc
+            raise FetchError(
+                CLOUD, f"{what} failed (HTTP {exc.status_code}); rerun 'planner prices refresh --cloud azure'"
+            ) from exc
 
 
 def _retry_after(exc: BaseException) -> float | None:

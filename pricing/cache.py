@@ -150,7 +150,9 @@ class PriceCache:
             "SELECT cloud, COUNT(*), COUNT(DISTINCT region), MIN(fetched_at), MAX(fetched_at) "
             "FROM offerings GROUP BY cloud ORDER BY cloud"
         )
-        return [CloudSummary(c, n, r, _parse_time(lo, self.path), _parse_time(hi, self.path)) for c, n, r, lo, hi in rows]
+        return [
+            CloudSummary(c, n, r, _parse_time(lo, self.path), _parse_time(hi, self.path)) for c, n, r, lo, hi in rows
+        ]
 
     def age(self, now: dt.datetime | None = None) -> dt.timedelta | None:
         """How old the oldest cached price is (``None`` when the cache is empty)."""
@@ -228,7 +230,9 @@ class PriceCache:
                 conn.execute("COMMIT")
             except sqlite3.IntegrityError as exc:
                 conn.execute("ROLLBACK")
-                raise CacheError(f"{self.path}: refused rows that break the cache's rules ({exc}); nothing was written") from exc
+                raise CacheError(
+                    f"{self.path}: refused rows that break the cache's rules ({exc}); nothing was written"
+                ) from exc
             except sqlite3.DatabaseError as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")

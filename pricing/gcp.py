@@ -49,6 +49,7 @@ from pricing.refresh import (
     utc_now,
 )
 from pricing.retry import RetryPolicy
+from pricing.skypilot import GPU_ALIASES
 
 CLOUD = "gcp"
 COMPUTE_SERVICE = "services/6F81-5844-456A"
@@ -84,7 +85,10 @@ ACCELERATORS: Mapping[str, tuple[str, float, tuple[str, ...]]] = {
     "nvidia-h200-141gb": ("H200", 141.0, ("H200 141GB GPU",)),
     "nvidia-b200": ("B200", 180.0, ("B200 (1 gpu slice)", "A4 Nvidia B200 (1 gpu slice)")),
 }
-"""Compute accelerator type -> (SkyPilot GPU name, GB per GPU, SKU names with or without "Nvidia ")."""
+"""Compute accelerator type -> (SkyPilot GPU name, GB per GPU, SKU names with or without "Nvidia ").
+
+Offerings name the chip (:data:`pricing.skypilot.GPU_ALIASES`: H100-MEGA is an H100),
+as the rest of the catalog does, so throughput lookups agree."""
 
 ATTACHED_VCPUS_PER_GPU = 8
 """N1 host size for attached GPUs: n1-standard-8 per GPU (within every GPU's vCPU limit)."""
@@ -159,14 +163,20 @@ class SkuIndex:
         if part is None:
             return
         if not sku.pricing_info:
-            raise MalformedResponseError(CLOUD, f"SKU {sku.sku_id} {sku.description!r} has no pricingInfo; please report it")
+            raise MalformedResponseError(
+                CLOUD, f"SKU {sku.sku_id} {sku.description!r} has no pricingInfo; please report it"
+            )
         expression = sku.pricing_info[0].pricing_expression
         if expression.usage_unit != _UNITS[part[0]]:
-            warnings.append(f"gcp SKU {sku.sku_id} {sku.description!r}: unit {expression.usage_unit!r} unexpected, skipped")
+            warnings.append(
+                f"gcp SKU {sku.sku_id} {sku.description!r}: unit {expression.usage_unit!r} unexpected, skipped"
+            )
             return
         tiers = [t for t in expression.tiered_rates if not t.start_usage_amount]
         if not tiers:
-            raise MalformedResponseError(CLOUD, f"SKU {sku.sku_id} {sku.description!r} has no base tier; please report it")
+            raise MalformedResponseError(
+                CLOUD, f"SKU {sku.sku_id} {sku.description!r} has no base tier; please report it"
+            )
         money = tiers[0].unit_price
         entry = SkuPrice(money.units + money.nanos / 1e9, sku.sku_id, sku.description)
         for region in sku.service_regions:
@@ -194,7 +204,11 @@ class MachineShape:
     gpus: int
 
     def price(self, index: SkuIndex, usage: str, region: str) -> float | None:
-        parts = (("core", self.series, self.vcpus), ("ram", self.series, self.memory_gb), ("gpu", self.accelerator, self.gpus))
+        parts = (
+            ("core", self.series, self.vcpus),
+            ("ram", self.series, self.memory_gb),
+            ("gpu", self.accelerator, self.gpus),
+        )
         total = 0.0
         for component, key, quantity in parts:
             unit = index.price(component, key, usage, region)
@@ -290,7 +304,9 @@ class GcpPriceFetcher:
         wanted = list(regions) if regions else sorted(r for r, found in shapes.items() if found)
         return fetch_by_region(run, wanted, lambda r: self._offerings(r, shapes.get(r, {}), index, run), progress)
 
-    def _offerings(self, region: str, shapes: Mapping[str, MachineShape], index: SkuIndex, run: RegionFetch) -> list[Offering]:
+    def _offerings(
+        self, region: str, shapes: Mapping[str, MachineShape], index: SkuIndex, run: RegionFetch
+    ) -> list[Offering]:
         source = f"gcp billing catalog+compute api {run.fetched_at:%Y-%m-%dT%H:%MZ}"
         refused: set[tuple[str, str, str]] = set()
         offerings = []
@@ -308,14 +324,26 @@ class GcpPriceFetcher:
                 continue
             on_demand, spot = prices["on_demand"], prices["spot"]
             if on_demand is not None and spot is not None and spot > on_demand:
-                run.warnings.append(f"gcp {region} {name}: spot {spot:g} is above on-demand {on_demand:g}; check the SKUs")
+                run.warnings.append(
+                    f"gcp {region} {name}: spot {spot:g} is above on-demand {on_demand:g}; check the SKUs"
+                )
             gpu, memory, _ = ACCELERATORS[shape.accelerator]
+            gpu = GPU_ALIASES.get(gpu, gpu)
             offerings.append(
                 Offering(
-                    cloud=CLOUD, region=region, zone=None, instance_type=name, gpu=gpu, gpus_per_node=shape.gpus,
-                    gpu_memory_gb=memory, vcpus=shape.vcpus, memory_gb=shape.memory_gb, as_of=run.fetched_at.date(),
-                    source=source, **prices,
-                )  # fmt: skip
+                    cloud=CLOUD,
+                    region=region,
+                    zone=None,
+                    instance_type=name,
+                    gpu=gpu,
+                    gpus_per_node=shape.gpus,
+                    gpu_memory_gb=memory,
+                    vcpus=shape.vcpus,
+                    memory_gb=shape.memory_gb,
+                    as_of=run.fetched_at.date(),
+                    source=source,
+                    **prices,
+                )
             )
         return offerings
 
@@ -350,7 +378,7 @@ class GcpPriceFetcher:
         token, number = "", 0
         while True:
             number += 1
-            response = self._call(f"{what} page {number}", lambda: next(iter(page(token).pages)))
+            response = self._call(f"{what} page {number}", lambda token=token: next(iter(page(token).pages)))
             yield response
             token = response.next_page_token
             if not token:
@@ -376,15 +404,26 @@ class GcpPriceFetcher:
                 f"{self._project} and grant compute.machineTypes.list / compute.acceleratorTypes.list",
             ) from exc
         except (ga.TransportError, requests.ConnectionError) as exc:
-            raise NetworkError(CLOUD, f"cannot reach googleapis.com for {what}; check the network or HTTPS_PROXY") from exc
+            raise NetworkError(
+                CLOUD, f"cannot reach googleapis.com for {what}; check the network or HTTPS_PROXY"
+            ) from exc
         except gx.GoogleAPICallError as exc:
-            raise FetchError(CLOUD, f"{what} failed (HTTP {exc.code}); rerun 'planner prices refresh --cloud gcp'") from exc
+            raise FetchError(
+                CLOUD, f"{what} failed (HTTP {exc.code}); rerun 'planner prices refresh --cloud gcp'"
+            ) from exc
 
 
 def _retry_after(exc: BaseException) -> float | None:
     from google.api_core import exceptions as gx
 
-    transient = (gx.TooManyRequests, gx.ResourceExhausted, gx.ServiceUnavailable, gx.InternalServerError, gx.BadGateway, gx.GatewayTimeout)
+    transient = (
+        gx.TooManyRequests,
+        gx.ResourceExhausted,
+        gx.ServiceUnavailable,
+        gx.InternalServerError,
+        gx.BadGateway,
+        gx.GatewayTimeout,
+    )
     return 0.0 if isinstance(exc, transient) else None
 
 
@@ -403,7 +442,9 @@ def create_fetcher(*, project: str | None = None, retry: RetryPolicy | None = No
         credentials, adc_project = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
     except ga.DefaultCredentialsError as exc:
         raise MissingCredentialsError(
-            CLOUD, "no Application Default Credentials; run 'gcloud auth application-default login' or set GOOGLE_APPLICATION_CREDENTIALS"
+            CLOUD,
+            "no Application Default Credentials; run 'gcloud auth application-default login' "
+            "or set GOOGLE_APPLICATION_CREDENTIALS",
         ) from exc
     project = project or os.environ.get(PROJECT_ENV) or adc_project
     if not project:

@@ -25,8 +25,11 @@ def fetcher(retry: Any) -> AzurePriceFetcher:
 
 
 def serve_skus(mock: responses.RequestsMock) -> None:
-    mock.get(SKUS_URL, json=fixture("azure/resource_skus_eastus_page1.json"),
-             match=[matchers.query_param_matcher({"$filter": "location eq 'eastus'"}, strict_match=False)])
+    mock.get(
+        SKUS_URL,
+        json=fixture("azure/resource_skus_eastus_page1.json"),
+        match=[matchers.query_param_matcher({"$filter": "location eq 'eastus'"}, strict_match=False)],
+    )
     mock.get(SKUS_URL, json=fixture("azure/resource_skus_eastus_page2.json"),
              match=[matchers.query_param_matcher({"$skiptoken": "page2"}, strict_match=False)])  # fmt: skip
 
@@ -53,7 +56,14 @@ def test_gpu_sizes_priced_from_both_retail_pages(retry: Any) -> None:
     rows = {o.instance_type: o for o in result.offerings}
     assert sorted(rows) == ["Standard_NC24ads_A100_v4", "Standard_NC4as_T4_v3", "Standard_ND96asr_v4"]
     nd = rows["Standard_ND96asr_v4"]
-    assert (nd.cloud, nd.region, nd.zone, nd.gpu, nd.gpus_per_node, nd.gpu_memory_gb) == ("azure", "eastus", None, "A100", 8, 40.0)
+    assert (nd.cloud, nd.region, nd.zone, nd.gpu, nd.gpus_per_node, nd.gpu_memory_gb) == (
+        "azure",
+        "eastus",
+        None,
+        "A100",
+        8,
+        40.0,
+    )
     assert (nd.vcpus, nd.memory_gb, nd.as_of) == (96.0, 900.0, NOW.date())
     assert nd.on_demand == pytest.approx(27.197)
     assert nd.spot == pytest.approx(2.99167)
@@ -100,7 +110,11 @@ def test_paging_stops_at_an_empty_page(retry: Any) -> None:
     page = fixture("azure/retail_eastus_page1.json")
     with responses.RequestsMock() as mock:
         serve_skus(mock)
-        mock.get(RETAIL_PRICES_URL, json=page, match=[matchers.query_param_matcher({"$filter": RETAIL_FILTER}, strict_match=False)])
+        mock.get(
+            RETAIL_PRICES_URL,
+            json=page,
+            match=[matchers.query_param_matcher({"$filter": RETAIL_FILTER}, strict_match=False)],
+        )
         mock.get(RETAIL_PRICES_URL, json={"Items": [], "NextPageLink": page["NextPageLink"], "Count": 0},
                  match=[matchers.query_param_matcher({"$skip": "1000"}, strict_match=False)])  # fmt: skip
         result = fetcher(retry).fetch(["eastus"])

@@ -17,7 +17,9 @@ T0 = dt.datetime(2026, 11, 20, 8, 30, tzinfo=dt.timezone.utc)
 T1 = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.timezone.utc)
 
 
-def offering(cloud: str = "aws", region: str = "us-east-1", itype: str = "p4d.24xlarge", **prices: float | None) -> Offering:
+def offering(
+    cloud: str = "aws", region: str = "us-east-1", itype: str = "p4d.24xlarge", **prices: float | None
+) -> Offering:
     return Offering(
         cloud=cloud, region=region, zone=prices.pop("zone", None), instance_type=itype, gpu="A100", gpus_per_node=8,  # type: ignore[arg-type]
         gpu_memory_gb=40.0, vcpus=96.0, memory_gb=1152.0, on_demand=prices.get("on_demand", 21.96),
@@ -105,7 +107,9 @@ def test_explicit_path_wins(tmp_path: Path, data_dir: Path) -> None:
 def test_a_file_that_is_not_a_cache_is_named_with_the_fix(tmp_path: Path) -> None:
     path = tmp_path / "p.sqlite3"
     path.write_text("this is not sqlite\n" * 100)
-    with pytest.raises(CacheError, match=rf"{path}: not a readable price cache .*delete the file and run 'planner prices refresh'"):
+    with pytest.raises(
+        CacheError, match=rf"{path}: not a readable price cache .*delete the file and run 'planner prices refresh'"
+    ):
         load_cached_catalog(path)
 
 

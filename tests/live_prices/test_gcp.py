@@ -48,14 +48,20 @@ def serve(mock: responses.RequestsMock, skus: list[dict[str, Any]] | None = None
         page1, page2 = {"skus": skus, "nextPageToken": "skus-page2"}, {"skus": [], "nextPageToken": ""}
     mock.get(SKUS_URL, json=page1, match=[page_matcher(None)])
     if throttle_page2:
-        mock.get(SKUS_URL, status=429, json={"error": {"code": 429, "message": "Quota exceeded", "status": "RESOURCE_EXHAUSTED"}},
-                 match=[page_matcher("skus-page2")])  # fmt: skip
+        quota = {"error": {"code": 429, "message": "Quota exceeded", "status": "RESOURCE_EXHAUSTED"}}
+        mock.get(SKUS_URL, status=429, json=quota, match=[page_matcher("skus-page2")])
     mock.get(SKUS_URL, json=page2, match=[page_matcher("skus-page2")])
-    mock.get(MACHINES_URL, json=fixture("gcp/machine_types_page1.json"),
-             match=[matchers.query_param_matcher({"maxResults": "500"}, strict_match=False)])
-    mock.get(MACHINES_URL, json=fixture("gcp/machine_types_page2.json"),
-             match=[matchers.query_param_matcher({"pageToken": "mt-page2"}, strict_match=False)])
-    mock.get(ACCELERATORS_URL, json=fixture("gcp/accelerator_types.json"))  # fmt: skip
+    mock.get(
+        MACHINES_URL,
+        json=fixture("gcp/machine_types_page1.json"),
+        match=[matchers.query_param_matcher({"maxResults": "500"}, strict_match=False)],
+    )
+    mock.get(
+        MACHINES_URL,
+        json=fixture("gcp/machine_types_page2.json"),
+        match=[matchers.query_param_matcher({"pageToken": "mt-page2"}, strict_match=False)],
+    )
+    mock.get(ACCELERATORS_URL, json=fixture("gcp/accelerator_types.json"))
 
 
 def fetch(retry: Any, regions: list[str] | None = None, **kwargs: Any) -> Any:
@@ -130,7 +136,11 @@ def test_spot_above_on_demand_is_reported(retry: Any) -> None:
     skus = fixture("gcp/list_skus_page1.json")["skus"]
     for sku in skus:  # make the A100 spot SKU dearer than on-demand
         if sku["skuId"] == "A100-0002-0001":
-            sku["pricingInfo"][0]["pricingExpression"]["tieredRates"][0]["unitPrice"] = {"currencyCode": "USD", "units": "4", "nanos": 0}
+            sku["pricingInfo"][0]["pricingExpression"]["tieredRates"][0]["unitPrice"] = {
+                "currencyCode": "USD",
+                "units": "4",
+                "nanos": 0,
+            }
     with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
         serve(mock, skus=skus)
         result = fetcher(retry).fetch(["us-central1"])
@@ -139,8 +149,12 @@ def test_spot_above_on_demand_is_reported(retry: Any) -> None:
 
 def test_permission_denied_names_the_apis_to_enable(retry: Any) -> None:
     with responses.RequestsMock() as mock:
-        mock.get(SKUS_URL, status=403, json={"error": {"code": 403, "message": "denied", "status": "PERMISSION_DENIED"}})
-        with pytest.raises(AccessDeniedError, match="enable the Cloud Billing and Compute Engine APIs in project danlu-test"):
+        mock.get(
+            SKUS_URL, status=403, json={"error": {"code": 403, "message": "denied", "status": "PERMISSION_DENIED"}}
+        )
+        with pytest.raises(
+            AccessDeniedError, match="enable the Cloud Billing and Compute Engine APIs in project danlu-test"
+        ):
             fetcher(retry).fetch(["us-central1"])
 
 
@@ -151,7 +165,8 @@ def test_region_names_are_checked(retry: Any) -> None:
 
 def test_bundled_accelerators_are_never_attachable() -> None:
     a100 = compute_v1.Accelerators(guest_accelerator_type="nvidia-tesla-a100", guest_accelerator_count=1)
-    machines = {"z1-a-a": [compute_v1.MachineType(name="a2-highgpu-1g", guest_cpus=12, memory_mb=87040, accelerators=[a100]),
+    a2 = compute_v1.MachineType(name="a2-highgpu-1g", guest_cpus=12, memory_mb=87040, accelerators=[a100])
+    machines = {"z1-a-a": [a2,
                            compute_v1.MachineType(name="n1-standard-8", guest_cpus=8, memory_mb=30720)]}  # fmt: skip
     accelerators = {"z1-a-a": [compute_v1.AcceleratorType(name="nvidia-tesla-a100", maximum_cards_per_instance=16)]}
     assert sorted(machine_shapes(machines, accelerators)["z1-a"]) == ["a2-highgpu-1g"]

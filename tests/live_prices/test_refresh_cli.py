@@ -139,7 +139,10 @@ def test_missing_gcp_credentials_names_the_fix(
     with responses.RequestsMock(assert_all_requests_are_fired=False):
         assert main(["prices", "refresh", "--cloud", "gcp"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("error: gcp: no Application Default Credentials") and "gcloud auth application-default login" in line
+    assert (
+        line.startswith("error: gcp: no Application Default Credentials")
+        and "gcloud auth application-default login" in line
+    )
 
 
 def test_every_cloud_failing_lists_one_line_per_cloud(
