@@ -197,3 +197,14 @@ def test_an_interrupted_refresh_writes_nothing(tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         refresh(["aws", "gcp"], cache, make_fetcher=fetchers.__getitem__)
     assert not cache.exists
+
+
+def test_missing_azure_credentials_names_az_login(
+    isolated_cloud_env: None, data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("AZURE_SUBSCRIPTION_ID", "00000000-0000-0000-0000-000000000000")
+    monkeypatch.setenv("PATH", "/nonexistent")  # no az, azd or pwsh for DefaultAzureCredential to run
+    with responses.RequestsMock(assert_all_requests_are_fired=False):
+        assert main(["prices", "refresh", "--cloud", "azure", "--region", "eastus"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: azure: no usable credentials") and "az login" in line
