@@ -124,9 +124,9 @@ class _Handler(BaseHTTPRequestHandler):
         with state.cond:
             known = [i for i in ids if i == state.event_id]
             state.acknowledged.extend(known)
-        self._reply(200, "")
         for event_id in known:
             self.server.on_acknowledge(event_id)
+        self._reply(200, "")
 
     # -- AWS ------------------------------------------------------------------------------
     def _aws(self, path: str) -> None:

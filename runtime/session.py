@@ -18,8 +18,9 @@ What the session does around that loop:
 * wraps the model in DDP (gloo on CPU, nccl on GPU) and moves batches to the device;
 * feeds each rank its share of a global sample stream (:mod:`runtime.data`), and keeps
   the global batch constant at any world size by accumulating gradients;
-* seeds torch, ``random`` and numpy from ``(seed, step, rank)`` before every optimizer
-  step, so randomness needs no checkpointing and survives a change of world size;
+* seeds torch, ``random`` and numpy from ``(seed, step, slot)`` before every micro-batch,
+  where the slot is the micro-batch's place in the global batch, so randomness needs no
+  checkpointing and does not depend on the world size;
 * on entry, resumes from the newest sound checkpoint: model, optimizer, scheduler, grad
   scaler, step, sample cursor and ``extras``;
 * checkpoints asynchronously at the Young/Daly interval (or every N steps), on a
@@ -187,6 +188,7 @@ class Session:
         self._signals.install()
         self._control = ControlWatcher(self.run_dir / contract.CONTROL_FILE, ignore_ids=ignore_ids)
         self._manual_request = False
+        self._stopping: str | None = None
         sampler = GlobalCursorSampler(
             len(self.dataset),  # type: ignore[arg-type]
             seed=self.seed,
@@ -213,7 +215,6 @@ class Session:
         self._no_sync: Any = None
         self._loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
         self._loss_count = 0
-        self._seed_rng()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         try:
@@ -227,6 +228,8 @@ class Session:
                 distributed.shutdown(self._ctx)
 
     def _finish(self) -> None:
+        if self._stopping is not None and self.global_step < self.max_steps:
+            self._preempt()
         last = self._checkpointer.wait()
         if last is not None:
             self._observe(last)
@@ -264,9 +267,12 @@ class Session:
         """
         micro = 0
         for batch in self._loader:
+            if self._stopping is not None:
+                self._preempt()
             if self._awaiting_step:
                 raise SessionConfigError("s.step(loss) was not called for the previous batch; call it once per batch.")
             self._micro = micro
+            self._seed_rng(slot=micro * self.world_size + self.rank)
             if micro < self.grad_accum - 1:
                 self._no_sync = self.model.no_sync()
                 self._no_sync.__enter__()
@@ -330,16 +336,21 @@ class Session:
         self.loss = agreed.loss
         request_id = request.id if request is not None else None
         if agreed.stop:
-            self._save("preempt", block=True, request_id=request_id)
-            if self.rank == 0:
-                why = f"signal {self._signals.received.name}" if self._signals.received else "stop request"
-                self._write_status("preempted", reason=why, request_id=request_id)
-            dist.barrier(group=self._ctx.control_group)
-            raise Preempted(self.global_step)
-        if agreed.checkpoint:
+            # Saved when the next batch is asked for, so the caller's code for this step
+            # (logging, metrics) still runs before the process stops.
+            self._stopping = request_id or ""
+        elif agreed.checkpoint:
             self._manual_request = False
             self._save("request" if wanted else "interval", block=False, request_id=request_id)
-        self._seed_rng()
+
+    def _preempt(self) -> None:
+        request_id = self._stopping or None
+        self._save("preempt", block=True, request_id=request_id)
+        if self.rank == 0:
+            why = f"signal {self._signals.received.name}" if self._signals.received else "stop request"
+            self._write_status("preempted", reason=why, request_id=request_id)
+        dist.barrier(group=self._ctx.control_group)
+        raise Preempted(self.global_step)
 
     def _due(self) -> bool:
         if self._every_steps is not None:
@@ -374,8 +385,10 @@ class Session:
             self._estimator.observe(stall_s=report.stall_s, write_s=report.write_s)
             log.debug("checkpoint interval now %.1fs", self._estimator.interval_s)
 
-    def _seed_rng(self) -> None:
-        seed = derive_seed(self.seed, _RNG_TAG, self.global_step, self.rank)
+    def _seed_rng(self, slot: int) -> None:
+        # The slot is the micro-batch's place in the global batch, not the rank: the same
+        # samples get the same dropout masks at any world size.
+        seed = derive_seed(self.seed, _RNG_TAG, self.global_step, slot)
         torch.manual_seed(seed)
         random.seed(seed)
         if "numpy" in sys.modules:

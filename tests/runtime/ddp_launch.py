@@ -110,7 +110,7 @@ class TorchrunJob:
     def reap(self) -> None:
         """Kill whatever is left of the job, orphaned workers included."""
         pids = self.pids() if self.process.poll() is None else []
-        for pid in reversed(sorted(self.known_pids | set(pids))):
+        for pid in self.known_pids | set(pids):
             _signal_pid(pid, signal.SIGKILL)
         if self.process.poll() is None:
             self.process.wait(timeout=30)
@@ -119,7 +119,7 @@ class TorchrunJob:
     def _wait_gone(self, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not any(Path(f"/proc/{pid}").exists() and _state(pid) != "Z" for pid in self.known_pids):
+            if not any(is_alive(pid) for pid in self.known_pids):
                 return
             time.sleep(0.02)
 
@@ -135,6 +135,11 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return "Z"
+
+
+def is_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie awaiting its reaper counts as gone)."""
+    return _state(pid) != "Z"
 
 
 class Launcher:
