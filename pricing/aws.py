@@ -174,10 +174,14 @@ def _dimensions(term: Mapping[str, Any]) -> Iterator[tuple[str, float]]:
         yield dim["unit"], float(dim["pricePerUnit"]["USD"])
 
 
+class ConflictingRatesError(Exception):
+    """One price-list row carries several different on-demand hourly rates: none is trusted."""
+
+
 def _on_demand_rate(terms: Mapping[str, Any]) -> float | None:
     rates = {price for term in terms.values() for unit, price in _dimensions(term) if unit == "Hrs" and price > 0}
     if len(rates) > 1:
-        raise ValueError(f"several on-demand hourly rates {sorted(rates)}")
+        raise ConflictingRatesError(f"several on-demand hourly rates {sorted(rates)}")
     return rates.pop() if rates else None
 
 
@@ -380,6 +384,9 @@ class AwsPriceFetcher:
         for n, text in enumerate(self._call(f"get_products for {region}", listing)):
             try:
                 parsed = parse_price_list_item(text)
+            except ConflictingRatesError as exc:
+                warnings.append(f"aws {region} PriceList item {n}: {exc}; refused")
+                continue
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 raise _malformed("get_products", region, f"PriceList item {n}", exc) from exc
             if parsed is None:

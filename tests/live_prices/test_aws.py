@@ -316,3 +316,21 @@ def test_the_real_spot_advisor_snapshot_parses(shared: Any) -> None:
     assert advisor.bucket("us-east-1", "p3.2xlarge") == ">20%"  # s=80, r=4 in SOURCE.md
     assert advisor.bucket("us-east-1", "p4d.24xlarge") == "10-15%"
     assert len(advisor.buckets) > 10_000
+
+
+def test_price_list_rows_that_disagree_are_refused_not_guessed(retry: Any) -> None:
+    aws = Aws(retry)
+    aws.instance_types()
+    page = price_page("aws/get_products_us-east-1_page2.json")
+    twin = json.loads(page["PriceList"][0])  # g5.xlarge, again, at another price
+    dims = next(iter(twin["terms"]["OnDemand"].values()))["priceDimensions"]
+    next(iter(dims.values()))["pricePerUnit"]["USD"] = "1.2120000000"
+    page["PriceList"].append(json.dumps(twin))
+    aws.pricing_stub.add_response(
+        "get_products", page, {"ServiceCode": "AmazonEC2", "FormatVersion": "aws_v1", "Filters": ANY, "MaxResults": 100}
+    )
+    aws.spot()
+    result = aws.fetch()
+    g5 = by_key(result)[("g5.xlarge", "us-east-1a")]
+    assert g5.on_demand is None and g5.spot == pytest.approx(1.21)
+    assert any("g5.xlarge: several price-list rows disagree" in w for w in result.warnings)
