@@ -7,7 +7,8 @@ the way GCP bills it::
 
 for A2/A3/A4/G2 machine types (which bundle their GPUs, listed in the machine
 type's ``accelerators``) and for N1 hosts with attached GPUs (T4, V100, P100, P4),
-which are offered as ``n1-standard-<8·n>+<n>x<accelerator>``.  Each part is looked
+offered as ``<host>+<GPU>:<count>`` (``n1-standard-8+T4:1``, the SkyPilot import's
+naming) on the cheapest host SkyPilot's rule allows.  Each part is looked
 up per region and usage type (``OnDemand``, ``Preemptible`` = spot, ``Commit1Yr``,
 ``Commit3Yr``) among the Compute Engine SKUs of
 ``CloudCatalogClient.list_skus("services/6F81-5844-456A")``.
@@ -49,7 +50,7 @@ from pricing.refresh import (
     utc_now,
 )
 from pricing.retry import RetryPolicy
-from pricing.skypilot import GPU_ALIASES
+from pricing.skypilot import GCP_N1_HOST_LIMITS, GCP_N1_HOST_VCPUS, GPU_ALIASES
 
 CLOUD = "gcp"
 COMPUTE_SERVICE = "services/6F81-5844-456A"
@@ -90,8 +91,11 @@ ACCELERATORS: Mapping[str, tuple[str, float, tuple[str, ...]]] = {
 Offerings name the chip (:data:`pricing.skypilot.GPU_ALIASES`: H100-MEGA is an H100),
 as the rest of the catalog does, so throughput lookups agree."""
 
-ATTACHED_VCPUS_PER_GPU = 8
-"""N1 host size for attached GPUs: n1-standard-8 per GPU (within every GPU's vCPU limit)."""
+N1_HOST_FAMILIES = ("n1-standard-", "n1-highmem-", "n1-highcpu-")
+N1_HOST_GiB_PER_VCPU = 4
+"""Hosts for attached GPUs follow SkyPilot's rule, as the SkyPilot import does: the cheapest
+N1 machine with at least :data:`pricing.skypilot.GCP_N1_HOST_VCPUS` vCPUs, at least 4 GiB
+per vCPU, and within GCP's limits per GPU count (:data:`pricing.skypilot.GCP_N1_HOST_LIMITS`)."""
 
 _EXCLUDED = ("custom", "premium", "reserved", "sole tenancy", "dws", "flex", "defined duration", "extended")
 _PREFIXES = ("commitment v1: ", "commitment v2: ", "spot preemptible ", "preemptible ")
@@ -220,41 +224,59 @@ class MachineShape:
 
 def machine_shapes(
     machine_types: Mapping[str, Sequence[Any]], accelerator_types: Mapping[str, Sequence[Any]]
-) -> dict[str, dict[str, MachineShape]]:
-    """Priceable shapes per region from per-zone machine and accelerator listings.
+) -> dict[str, dict[str, tuple[MachineShape, ...]]]:
+    """Priceable shapes per region, each offering with its alternative hosts.
 
-    An accelerator type that some machine type bundles (A100 in a2, L4 in g2) is
-    never offered as attachable to N1 hosts.
+    A bundled machine type (a2, a3, a4, g2) is its own single alternative.  An attached
+    GPU count (``n1-...+T4:2``) lists every N1 host that fits it; the fetcher keeps the
+    cheapest.  An accelerator type that some machine type bundles (A100 in a2, L4 in
+    g2) is never offered as attachable.
     """
     bundled = {a.guest_accelerator_type for types in machine_types.values() for m in types for a in m.accelerators}
-    shapes: dict[str, dict[str, MachineShape]] = {}
+    shapes: dict[str, dict[str, dict[str, MachineShape]]] = {}
     for zone, types in machine_types.items():
-        region = zone.rpartition("-")[0]
-        by_name = {m.name: m for m in types}
-        found = shapes.setdefault(region, {})
+        found = shapes.setdefault(zone.rpartition("-")[0], {})
         for m in types:
             series = m.name.split("-")[0]
             if len(m.accelerators) != 1 or series not in HOST_SERIES:
                 continue
             accelerator = m.accelerators[0]
             if accelerator.guest_accelerator_type in ACCELERATORS:
-                found[m.name] = MachineShape(
+                found.setdefault(m.name, {})[m.name] = MachineShape(
                     m.name, series, float(m.guest_cpus), m.memory_mb / 1024.0,
                     accelerator.guest_accelerator_type, int(accelerator.guest_accelerator_count),
                 )  # fmt: skip
         for accelerator in accelerator_types.get(zone, ()):
             if accelerator.name in bundled or accelerator.name not in ACCELERATORS:
                 continue
+            gpu = ACCELERATORS[accelerator.name][0]
             count = 1
             while count <= accelerator.maximum_cards_per_instance:
-                host = by_name.get(f"n1-standard-{ATTACHED_VCPUS_PER_GPU * count}")
-                if host is not None:
-                    name = f"{host.name}+{count}x{accelerator.name}"
-                    found[name] = MachineShape(
-                        name, "n1", float(host.guest_cpus), host.memory_mb / 1024.0, accelerator.name, count
-                    )
+                for host in _n1_hosts(gpu, count, types):
+                    shape = MachineShape(
+                        f"{host.name}+{gpu}:{count}", "n1", float(host.guest_cpus), host.memory_mb / 1024.0,
+                        accelerator.name, count,
+                    )  # fmt: skip
+                    found.setdefault(f"{gpu}:{count}", {})[shape.instance_type] = shape
                 count *= 2
-    return shapes
+    return {
+        region: {key: tuple(alternatives.values()) for key, alternatives in found.items()}
+        for region, found in shapes.items()
+    }
+
+
+def _n1_hosts(gpu: str, count: int, types: Sequence[Any]) -> list[Any]:
+    min_vcpus = GCP_N1_HOST_VCPUS.get(gpu, GCP_N1_HOST_VCPUS["DEFAULT"]).get(count)
+    if min_vcpus is None:
+        return []
+    max_vcpus, max_gib = GCP_N1_HOST_LIMITS.get(gpu, {}).get(count, (float("inf"), float("inf")))
+    return [
+        m
+        for m in types
+        if m.name.startswith(N1_HOST_FAMILIES)
+        and min_vcpus <= m.guest_cpus <= max_vcpus
+        and min_vcpus * N1_HOST_GiB_PER_VCPU <= m.memory_mb / 1024.0 <= max_gib
+    ]
 
 
 class GcpPriceFetcher:
@@ -305,37 +327,31 @@ class GcpPriceFetcher:
         return fetch_by_region(run, wanted, lambda r: self._offerings(r, shapes.get(r, {}), index, run), progress)
 
     def _offerings(
-        self, region: str, shapes: Mapping[str, MachineShape], index: SkuIndex, run: RegionFetch
+        self, region: str, shapes: Mapping[str, tuple[MachineShape, ...]], index: SkuIndex, run: RegionFetch
     ) -> list[Offering]:
         source = f"gcp billing catalog+compute api {run.fetched_at:%Y-%m-%dT%H:%MZ}"
         refused: set[tuple[str, str, str]] = set()
         offerings = []
-        for name, shape in sorted(shapes.items()):
-            prices: dict[str, float | None] = {}
-            for usage, field_name in USAGE_TYPES.items():
-                try:
-                    prices[field_name] = shape.price(index, usage, region)
-                except AmbiguousSkuError as exc:
-                    prices[field_name] = None
-                    if exc.key not in refused:
-                        refused.add(exc.key)
-                        run.warnings.append(str(exc))
-            if all(p is None for p in prices.values()):
+        for _, alternatives in sorted(shapes.items()):
+            priced = [(_prices(shape, index, region, refused, run.warnings), shape) for shape in alternatives]
+            priced = [(prices, shape) for prices, shape in priced if any(p is not None for p in prices.values())]
+            if not priced:
                 continue
+            prices, shape = min(priced, key=lambda pair: (*_rank(pair[0]), pair[1].instance_type))
             on_demand, spot = prices["on_demand"], prices["spot"]
             if on_demand is not None and spot is not None and spot > on_demand:
                 run.warnings.append(
-                    f"gcp {region} {name}: spot {spot:g} is above on-demand {on_demand:g}; check the SKUs"
+                    f"gcp {region} {shape.instance_type}: spot {spot:g} is above on-demand {on_demand:g}; "
+                    "check the SKUs"
                 )
             gpu, memory, _ = ACCELERATORS[shape.accelerator]
-            gpu = GPU_ALIASES.get(gpu, gpu)
             offerings.append(
                 Offering(
                     cloud=CLOUD,
                     region=region,
                     zone=None,
-                    instance_type=name,
-                    gpu=gpu,
+                    instance_type=shape.instance_type,
+                    gpu=GPU_ALIASES.get(gpu, gpu),
                     gpus_per_node=shape.gpus,
                     gpu_memory_gb=memory,
                     vcpus=shape.vcpus,
@@ -411,6 +427,28 @@ class GcpPriceFetcher:
             raise FetchError(
                 CLOUD, f"{what} failed (HTTP {exc.code}); rerun 'planner prices refresh --cloud gcp'"
             ) from exc
+
+
+def _prices(
+    shape: MachineShape, index: SkuIndex, region: str, refused: set[tuple[str, str, str]], warnings: list[str]
+) -> dict[str, float | None]:
+    """The shape's price per purchase option; a refused (ambiguous) part is reported once per region."""
+    prices: dict[str, float | None] = {}
+    for usage, field_name in USAGE_TYPES.items():
+        try:
+            prices[field_name] = shape.price(index, usage, region)
+        except AmbiguousSkuError as exc:
+            prices[field_name] = None
+            if exc.key not in refused:
+                refused.add(exc.key)
+                warnings.append(str(exc))
+    return prices
+
+
+def _rank(prices: Mapping[str, float | None]) -> tuple[bool, float]:
+    """Cheapest on-demand first; shapes sold only otherwise after them, by their first price."""
+    first = next(p for p in prices.values() if p is not None)
+    return (prices["on_demand"] is None, prices["on_demand"] if prices["on_demand"] is not None else first)
 
 
 def _retry_after(exc: BaseException) -> float | None:

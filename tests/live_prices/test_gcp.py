@@ -87,15 +87,16 @@ def test_bundled_machine_is_host_parts_plus_its_gpus(retry: Any) -> None:
 
 def test_attached_gpus_are_offered_on_n1_hosts_up_to_the_card_limit(retry: Any) -> None:
     found = rows(fetch(retry, ["us-central1"]))
-    one = found[("us-central1", "n1-standard-8+1xnvidia-tesla-t4")]
+    one = found[("us-central1", "n1-standard-8+T4:1")]  # SkyPilot's rule: >= 4 vCPUs, >= 4 GiB each
     assert (one.gpu, one.gpus_per_node, one.vcpus, one.memory_gb) == ("T4", 1, 8.0, 30.0)
     assert one.on_demand == pytest.approx(8 * N1_CORE + 30 * N1_RAM + T4)
     assert one.spot == pytest.approx(8 * 0.00698 + 30 * 0.000936 + 0.14)
     assert one.reserved_1y is None  # no N1 or T4 commitment SKU in the fixtures
-    two = found[("us-central1", "n1-standard-16+2xnvidia-tesla-t4")]
+    assert ("us-central1", "n1-standard-16+T4:1") not in found  # fits too, but costs more
+    two = found[("us-central1", "n1-standard-16+T4:2")]  # >= 8 vCPUs and 32 GiB: n1-standard-8 has 30
     assert two.on_demand == pytest.approx(16 * N1_CORE + 60 * N1_RAM + 2 * T4)
-    # 4 T4s would need n1-standard-32, which the zone does not list; A100 is bundled, never attached.
-    assert not any("4xnvidia-tesla-t4" in name or "+1xnvidia-tesla-a100" in name for _, name in found)
+    # 4 T4s need a 48-vCPU host, which the zone does not list; A100 is bundled, never attached.
+    assert not any("T4:4" in name or "A100:" in name for _, name in found)
 
 
 def test_ambiguous_sku_is_refused_and_reported_never_guessed(retry: Any) -> None:
@@ -124,7 +125,7 @@ def test_dws_flex_and_custom_skus_are_not_matched() -> None:
 def test_all_regions_with_gpu_machines_by_default(retry: Any) -> None:
     result = fetch(retry)
     assert result.regions == ("us-central1", "us-east4") and result.errors == ()
-    assert ("us-east4", "n1-standard-8+1xnvidia-tesla-t4") in rows(result)
+    assert ("us-east4", "n1-standard-8+T4:1") in rows(result)
 
 
 def test_throttled_sku_page_is_retried_alone(retry: Any, sleeps: list[float]) -> None:
@@ -169,4 +170,4 @@ def test_bundled_accelerators_are_never_attachable() -> None:
     machines = {"z1-a-a": [a2,
                            compute_v1.MachineType(name="n1-standard-8", guest_cpus=8, memory_mb=30720)]}  # fmt: skip
     accelerators = {"z1-a-a": [compute_v1.AcceleratorType(name="nvidia-tesla-a100", maximum_cards_per_instance=16)]}
-    assert sorted(machine_shapes(machines, accelerators)["z1-a"]) == ["a2-highgpu-1g"]
+    assert list(machine_shapes(machines, accelerators)["z1-a"]) == ["a2-highgpu-1g"]
