@@ -1,0 +1,179 @@
+"""The provider interface: how the controller gets nodes, runs torchrun on them and lets go.
+
+A provider turns a :class:`PoolSpec` (``nodes`` instances of one type, in one place,
+bought one way) into :class:`Node` handles and runs one torchrun agent per node. The
+local provider (:mod:`runtime.providers.local`) is the embedded default; AWS, GCP and
+Azure providers implement the same methods.
+
+Node lifecycle, as every provider reports it through :meth:`Provider.poll`::
+
+    provision() -> PENDING --wait_ready()--> READY --run()--> RUNNING --> EXITED (agent ended)
+                                                                  \\--> RECLAIMED (the cloud took it)
+    terminate() -> TERMINATED, from any state; billing stops here
+
+Timing rules the controller relies on:
+
+* a node is billed from :meth:`provision` until :meth:`terminate` returns, whatever it
+  did in between (the controller records that interval in the ledger);
+* :meth:`interruption_notice` returns the cloud's warning as soon as the provider has
+  seen it -- ahead of the reclaim by the cloud's lead time -- and keeps returning it;
+* after a reclaim, the node's processes are gone; :meth:`terminate` still must be
+  called to release what the provider holds for it.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runtime.errors import RuntimeFailure
+from runtime.notices import Notice
+
+
+class ProviderError(RuntimeFailure):
+    """A provider could not provision, launch or release nodes."""
+
+
+class NodeState(str, enum.Enum):
+    """Where a node is in its lifecycle (see the module docstring)."""
+
+    PENDING = "pending"
+    READY = "ready"
+    RUNNING = "running"
+    EXITED = "exited"
+    RECLAIMED = "reclaimed"
+    TERMINATED = "terminated"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSpec:
+    """``nodes`` instances of one type in one place, bought as ``purchase`` at ``hourly_usd`` each."""
+
+    cloud: str
+    region: str
+    zone: str | None
+    instance_type: str
+    gpu: str
+    gpus_per_node: int
+    purchase: str
+    nodes: int
+    hourly_usd: float
+
+    @property
+    def location(self) -> str:
+        return f"{self.region}/{self.zone}" if self.zone else self.region
+
+    @property
+    def pool_id(self) -> str:
+        """The pool without its purchase option: ``aws:us-east-1/use1-az1:g4dn.xlarge``."""
+        return f"{self.cloud}:{self.location}:{self.instance_type}"
+
+    def label(self) -> str:
+        return f"{self.nodes}x {self.instance_type} {self.purchase} {self.cloud}:{self.location}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PoolSpec:
+        return cls(**dict(data))
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One provisioned instance. ``handle`` is the provider's own record (instance id,
+    process ids, ...), JSON-serialisable so a resumed controller can release it."""
+
+    id: str
+    index: int
+    pool: PoolSpec
+    provisioned_at: float
+    handle: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "index": self.index, "pool": self.pool.to_dict(),
+            "provisioned_at": self.provisioned_at, "handle": dict(self.handle),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Node:
+        return cls(
+            id=str(data["id"]), index=int(data["index"]), pool=PoolSpec.from_dict(data["pool"]),
+            provisioned_at=float(data["provisioned_at"]), handle=dict(data.get("handle", {})),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """One torchrun launch across all nodes of a pool.
+
+    ``rdzv_id`` is fresh for every launch, so a late agent of an earlier launch can
+    never join this one. ``env`` carries the controller contract
+    (:class:`runtime.contract.LaunchContract`).
+    """
+
+    launch_id: str
+    entrypoint: tuple[str, ...]
+    nproc_per_node: int
+    rdzv_id: str
+    env: Mapping[str, str]
+    cwd: str
+    log_dir: Path
+    rdzv_timeout_s: float = 60.0
+    shutdown_timeout_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    """What :meth:`Provider.poll` says about one node."""
+
+    node_id: str
+    state: NodeState
+    returncode: int | None = None
+    detail: str = ""
+
+
+class Provider(abc.ABC):
+    """Provision, run, watch and release nodes of one cloud (or of this machine)."""
+
+    name: str
+
+    @abc.abstractmethod
+    def provision(self, pool: PoolSpec, *, launch_id: str) -> list[Node]:
+        """Ask for ``pool.nodes`` instances; billing starts now."""
+
+    @abc.abstractmethod
+    def wait_ready(self, nodes: Sequence[Node], *, timeout_s: float) -> None:
+        """Block until every node can run a command, or raise :class:`ProviderError`."""
+
+    @abc.abstractmethod
+    def run(self, nodes: Sequence[Node], launch: LaunchSpec) -> list[Node]:
+        """Start one torchrun agent per node; returns the nodes with updated handles."""
+
+    @abc.abstractmethod
+    def poll(self, nodes: Sequence[Node]) -> list[NodeStatus]:
+        """The state of each node, in the order given. Never blocks for long."""
+
+    @abc.abstractmethod
+    def interruption_notice(self, node: Node) -> Notice | None:
+        """The cloud's interruption (or rebalance) notice for ``node``, once seen."""
+
+    @abc.abstractmethod
+    def acknowledge(self, node: Node, notice: Notice) -> None:
+        """Tell the cloud the node is ready to go (Azure expedites the eviction)."""
+
+    @abc.abstractmethod
+    def terminate(self, nodes: Sequence[Node], *, grace_s: float) -> None:
+        """Stop the nodes' processes (SIGTERM, then SIGKILL after ``grace_s``) and release them."""
+
+    @abc.abstractmethod
+    def release_stale(self, nodes: Sequence[Node]) -> list[str]:
+        """Release nodes recorded by a controller that died; returns the ids still found running."""
+
+    def close(self) -> None:
+        """Release whatever the provider itself holds (threads, servers)."""

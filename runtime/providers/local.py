@@ -1,0 +1,370 @@
+"""The local provider: every node is a torchrun agent on this machine.
+
+Each simulated node gets
+
+* a torchrun agent with ``nproc_per_node`` worker processes, started in its own POSIX
+  session; the nodes of one launch meet through a c10d rendezvous over a file store in
+  the launch directory (no port to pick, so nothing to race for), with a fresh
+  rendezvous id per launch;
+* a metadata server on 127.0.0.1 (:class:`runtime.metadata_server.MetadataServer`)
+  speaking its pool's cloud protocol, and the real notice watcher of that cloud
+  (:mod:`runtime.notices`) polling it.
+
+:meth:`LocalProvider.preempt` is the fault-injection knob ``--chaos`` uses: it announces
+the reclaim on the node's metadata server and hard-kills the node when the lead time
+is up (at once if an Azure event is acknowledged). ``hold_nodes`` keeps some nodes from
+ever starting their agent, which is how a stuck rendezvous looks.
+
+Processes are tracked by pid *and* start time (``/proc/<pid>/stat``), remembered as they
+appear and written to ``<state_dir>/<node>.pids``, so a controller that was SIGKILLed
+can still reap the workers of its nodes: torchrun's workers live in their own
+sessions, and a dead agent leaves them running.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from runtime import atomic_file, notices
+from runtime.metadata_server import MetadataServer
+from runtime.notices import Notice, NoticeWatch
+from runtime.providers.base import LaunchSpec, Node, NodeState, NodeStatus, PoolSpec, Provider, ProviderError
+
+log = logging.getLogger("runtime.providers.local")
+
+PYTHON_NAMES = ("python", "python3", Path(sys.executable).name)
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (None when it is gone)."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields and fields[0] != "Z" else None
+
+
+def children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found.extend(int(c) for c in (task / "children").read_text().split())
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid``, parents before children."""
+    out: list[int] = []
+    frontier = [pid]
+    while frontier:
+        for child in children(frontier.pop(0)):
+            if child not in out:
+                out.append(child)
+                frontier.append(child)
+    return out
+
+
+def is_running(pid: int, started: int | None = None) -> bool:
+    """True while ``pid`` is alive (not a zombie) and, if given, started at ``started``."""
+    now = start_time(pid)
+    return now is not None and (started is None or now == started)
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        return
+
+
+def kill_tree(root: int, known: dict[int, int]) -> None:
+    """SIGKILL ``root``, its descendants and every ``known`` pid still running as recorded.
+
+    The tree is frozen first (SIGSTOP, top down) so nothing forks while it is being
+    collected; each pid is signalled individually, never by name or process group.
+    """
+    frozen: list[int] = []
+    frontier = [root] if is_running(root, known.get(root)) else []
+    while frontier:
+        pid = frontier.pop(0)
+        _signal(pid, signal.SIGSTOP)
+        frozen.append(pid)
+        frontier.extend(c for c in children(pid) if c not in frozen)
+    for pid, started in known.items():
+        if pid not in frozen and is_running(pid, started):
+            frozen.append(pid)
+    for pid in reversed(frozen):
+        _signal(pid, signal.SIGKILL)
+
+
+def wait_gone(pids: Collection[int], timeout_s: float) -> list[int]:
+    """Wait until none of ``pids`` runs; returns those still running at the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = [p for p in pids if is_running(p)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.02)
+
+
+def torchrun_argv(launch: LaunchSpec, nnodes: int, rdzv_endpoint: str) -> list[str]:
+    """The agent command line: c10d rendezvous over a file store, no restarts in place."""
+    entry = list(launch.entrypoint)
+    argv = [
+        sys.executable, "-m", "torch.distributed.run",
+        f"--nnodes={nnodes}", f"--nproc-per-node={launch.nproc_per_node}",
+        "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={launch.rdzv_id}",
+        f"--rdzv-conf=store_type=file,join_timeout={launch.rdzv_timeout_s:g},last_call_timeout=1",
+        "--max-restarts=0", "--monitor-interval=0.1", f"--shutdown-timeout={launch.shutdown_timeout_s:g}",
+    ]
+    if entry and Path(entry[0]).name in PYTHON_NAMES and len(entry) > 1:
+        entry = entry[1:]  # torchrun runs scripts (and -m modules) with its own interpreter
+    else:
+        argv.append("--no-python")
+    return argv + entry
+
+
+@dataclass
+class _LocalNode:
+    node: Node
+    server: MetadataServer
+    watch: NoticeWatch
+    pid_file: Path
+    process: subprocess.Popen[bytes] | None = None
+    known: dict[int, int] = field(default_factory=dict)
+    notices: list[Notice] = field(default_factory=list)
+    reclaim_at: float | None = None
+    reclaimed: bool = False
+    terminated: bool = False
+
+
+class LocalProvider(Provider):
+    """Nodes as local torchrun agents (see the module docstring).
+
+    Args:
+        state_dir: where pid files and rendezvous files go (inside the run directory).
+        time_scale: simulated seconds per real second; notice polling keeps up with the
+            scaled lead times.
+        notice_protocol: speak this cloud's protocol on every node (default: the pool's).
+        hold_nodes: node indices whose agent is never started (a node that never joins).
+    """
+
+    name = "local"
+
+    def __init__(
+        self, state_dir: str | Path, *, time_scale: float = 1.0, notice_protocol: str | None = None,
+        hold_nodes: Collection[int] = (),
+    ):
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.time_scale = time_scale
+        self.notice_protocol = notice_protocol
+        self.hold_nodes = frozenset(hold_nodes)
+        self._nodes: dict[str, _LocalNode] = {}
+        self._lock = threading.Lock()
+
+    def protocol(self, pool: PoolSpec) -> str:
+        """The notice protocol a node of ``pool`` speaks."""
+        if self.notice_protocol:
+            return self.notice_protocol
+        return pool.cloud if pool.cloud in notices.NOTICE_LEAD_S else "aws"
+
+    def lead_s(self, pool: PoolSpec) -> float:
+        """Real seconds between a notice and the reclaim, for ``pool``'s protocol."""
+        return notices.NOTICE_LEAD_S[self.protocol(pool)] / self.time_scale
+
+    # -- Provider ---------------------------------------------------------------------------
+    def provision(self, pool: PoolSpec, *, launch_id: str) -> list[Node]:
+        nodes = []
+        protocol = self.protocol(pool)
+        interval = max(0.05, min(5.0, self.lead_s(pool) / 10))
+        for index in range(pool.nodes):
+            node_id = f"{launch_id}-n{index}"
+            server = MetadataServer(instance_name=node_id, on_acknowledge=lambda _e, i=node_id: self._expedite(i))
+            server.start()
+            seen: list[Notice] = []
+            watcher = notices.watcher_for(protocol, server.url, resource_name=node_id, wait_s=min(interval * 4, 2.0))
+            watch = NoticeWatch(watcher, interval_s=interval, on_notice=seen.append).start()
+            pid_file = self.state_dir / f"{node_id}.pids"
+            node = Node(
+                id=node_id, index=index, pool=pool, provisioned_at=time.time(),
+                handle={"metadata_url": server.url, "protocol": protocol, "pid_file": str(pid_file)},
+            )
+            with self._lock:
+                self._nodes[node_id] = _LocalNode(node, server, watch, pid_file, notices=seen)
+            nodes.append(node)
+        return nodes
+
+    def wait_ready(self, nodes: Sequence[Node], *, timeout_s: float) -> None:
+        for node in nodes:
+            if node.id not in self._nodes:
+                raise ProviderError(f"node {node.id} was not provisioned by this provider")
+
+    def run(self, nodes: Sequence[Node], launch: LaunchSpec) -> list[Node]:
+        launch.log_dir.mkdir(parents=True, exist_ok=True)
+        endpoint = str(launch.log_dir / f"rdzv-{launch.rdzv_id}")
+        argv = torchrun_argv(launch, len(nodes), endpoint)
+        env = {
+            **os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
+            "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": f"{launch.shutdown_timeout_s:g}", **launch.env,
+        }
+        started = []
+        for node in nodes:
+            local = self._nodes[node.id]
+            if node.index in self.hold_nodes:
+                log.info("node %s held back: its agent never starts", node.id)
+                started.append(node)
+                continue
+            log_path = launch.log_dir / f"{node.id}.log"
+            with log_path.open("ab") as out:
+                local.process = subprocess.Popen(
+                    [*argv], cwd=launch.cwd, env={**env, "DANLU_NODE_ID": node.id}, stdout=out,
+                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                )
+            self._remember(local)
+            node = replace(node, handle={**node.handle, "agent_pid": local.process.pid, "log": str(log_path)})
+            local.node = node
+            started.append(node)
+        return started
+
+    def poll(self, nodes: Sequence[Node]) -> list[NodeStatus]:
+        out = []
+        for node in nodes:
+            local = self._nodes[node.id]
+            if local.terminated:
+                out.append(NodeStatus(node.id, NodeState.TERMINATED))
+                continue
+            if local.reclaim_at is not None and not local.reclaimed and time.time() >= local.reclaim_at:
+                self._kill(local)
+                local.reclaimed = True
+            if local.reclaimed:
+                rc = local.process.returncode if local.process else None
+                out.append(NodeStatus(node.id, NodeState.RECLAIMED, rc, "reclaimed by the cloud"))
+                continue
+            if local.process is None:
+                out.append(NodeStatus(node.id, NodeState.READY))
+                continue
+            rc = local.process.poll()
+            if rc is None:
+                self._remember(local)
+                out.append(NodeStatus(node.id, NodeState.RUNNING))
+            else:
+                out.append(NodeStatus(node.id, NodeState.EXITED, rc))
+        return out
+
+    def interruption_notice(self, node: Node) -> Notice | None:
+        found = self._nodes[node.id].notices
+        interruptions = [n for n in found if n.kind == notices.INTERRUPTION]
+        return (interruptions or found or [None])[0]
+
+    def acknowledge(self, node: Node, notice: Notice) -> None:
+        watcher = self._nodes[node.id].watch.watcher
+        if isinstance(watcher, notices.AzureScheduledEventsWatcher):
+            watcher.acknowledge(notice)
+
+    def terminate(self, nodes: Sequence[Node], *, grace_s: float) -> None:
+        live = [self._nodes[n.id] for n in nodes if not self._nodes[n.id].terminated]
+        for local in live:
+            if local.process is not None and local.process.poll() is None:
+                _signal(local.process.pid, signal.SIGTERM)  # torchrun forwards it to its workers
+        deadline = time.monotonic() + grace_s
+        for local in live:
+            if local.process is not None:
+                try:
+                    local.process.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    log.warning("node %s did not stop within %.1fs of SIGTERM: killing it", local.node.id, grace_s)
+        for local in live:
+            self._kill(local)
+            local.server.stop()
+            local.watch.stop()
+            local.terminated = True
+            local.pid_file.unlink(missing_ok=True)
+
+    def release_stale(self, nodes: Sequence[Node]) -> list[str]:
+        found = []
+        for node in nodes:
+            pid_file = Path(str(node.handle.get("pid_file", "")))
+            try:
+                known = {int(p): int(s) for p, s in json.loads(pid_file.read_text()).items()}
+            except (OSError, ValueError, AttributeError):
+                known = {}
+            alive = {p: s for p, s in known.items() if is_running(p, s)}
+            if alive:
+                found.append(node.id)
+                for pid in alive:
+                    _signal(pid, signal.SIGSTOP)
+                for pid in alive:
+                    _signal(pid, signal.SIGKILL)
+                left = wait_gone(list(alive), 10.0)
+                if left:
+                    raise ProviderError(f"node {node.id}: processes {left} survived SIGKILL")
+            pid_file.unlink(missing_ok=True)
+        return found
+
+    def close(self) -> None:
+        with self._lock:
+            nodes = [local.node for local in self._nodes.values() if not local.terminated]
+        if nodes:
+            self.terminate(nodes, grace_s=0.0)
+
+    # -- fault injection --------------------------------------------------------------------
+    def preempt(self, node: Node, *, lead_s: float | None = None) -> float:
+        """Announce a reclaim of ``node`` now and kill it ``lead_s`` later (default: the
+        protocol's lead time, scaled). Returns the reclaim time (POSIX seconds)."""
+        local = self._nodes[node.id]
+        lead = self.lead_s(node.pool) if lead_s is None else lead_s
+        at = time.time() + lead
+        local.server.announce_preemption(deadline=at)
+        local.reclaim_at = at if local.reclaim_at is None else min(local.reclaim_at, at)
+        return local.reclaim_at
+
+    def pids(self, node: Node) -> dict[int, int]:
+        """Every process seen on ``node`` (pid -> start time), for tests and reaping."""
+        local = self._nodes[node.id]
+        self._remember(local)
+        return dict(local.known)
+
+    # -- internals ------------------------------------------------------------------------
+    def _expedite(self, node_id: str) -> None:
+        self._nodes[node_id].reclaim_at = time.time()
+
+    def _remember(self, local: _LocalNode) -> None:
+        if local.process is None:
+            return
+        before = len(local.known)
+        for pid in [local.process.pid, *descendants(local.process.pid)]:
+            started = start_time(pid)
+            if started is not None:
+                local.known.setdefault(pid, started)
+        if len(local.known) != before:
+            atomic_file.write_text(local.pid_file, json.dumps({str(p): s for p, s in local.known.items()}))
+
+    def _kill(self, local: _LocalNode) -> None:
+        if local.process is None:
+            return
+        self._remember(local)
+        kill_tree(local.process.pid, local.known)
+        try:
+            local.process.wait(10)
+        except subprocess.TimeoutExpired as exc:
+            raise ProviderError(f"node {local.node.id}: agent {local.process.pid} survived SIGKILL") from exc
+        left = wait_gone(list(local.known), 10.0)
+        if left:
+            raise ProviderError(f"node {local.node.id}: processes {left} survived SIGKILL")
