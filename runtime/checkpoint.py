@@ -30,11 +30,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 
 from runtime.errors import CheckpointError
 from runtime.store import CheckpointStore, Manifest, TensorRecord
 
 log = logging.getLogger("runtime.checkpoint")
+
+# DCP reports rank failures as CheckpointException, which derives from BaseException.
+_SAVE_ERRORS = (Exception, CheckpointException)
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,8 @@ class Checkpointer:
         self._versions: dict[str, int] = {}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="danlu-ckpt")
         self._inflight: Future[SaveReport] | None = None
+        self.reports: list[SaveReport] = []
+        """Every finished save, in order (rank 0's carry byte counts)."""
 
     # -- saving -------------------------------------------------------------------------
     def save(self, state: dict[str, Any], info: SaveInfo, *, block: bool = False) -> SaveReport | None:
@@ -131,11 +137,12 @@ class Checkpointer:
             return None
         try:
             dcp.save(to_write, storage_writer=writer, process_group=self._pg)
-        except Exception as exc:
+        except _SAVE_ERRORS as exc:
             report = self._failed(pending, exc)
         else:
             pending.stall_s = time.monotonic() - started
             report = self._finish(pending)
+        self.reports.append(report)
         if block and not report.ok:
             raise CheckpointError(f"could not save {self.store.url(info.step)}: {report.error}")
         return report
@@ -179,7 +186,7 @@ class Checkpointer:
             )
             if self.rank == 0:
                 report = self._commit(pending, report)
-        except Exception as exc:
+        except _SAVE_ERRORS as exc:
             return self._failed(pending, exc)
         self._records = pending.records
         return report
@@ -241,7 +248,11 @@ class Checkpointer:
     def wait(self) -> SaveReport | None:
         """Wait for the in-flight save (if any) to be committed and return its report."""
         inflight, self._inflight = self._inflight, None
-        return inflight.result() if inflight is not None else None
+        if inflight is None:
+            return None
+        report = inflight.result()
+        self.reports.append(report)
+        return report
 
     def close(self) -> None:
         """Finish the in-flight save and stop the background thread."""
@@ -267,7 +278,7 @@ class Checkpointer:
         for home, part in sorted(by_home.items()):
             try:
                 dcp.load(part, storage_reader=_reader(self.store.url(home)), process_group=self._pg)
-            except Exception as exc:
+            except _SAVE_ERRORS as exc:
                 raise CheckpointError(
                     f"could not load {self.store.url(home)} into this run: {exc}\n"
                     "To fix: resume with the same model, optimizer, scheduler and extras that "

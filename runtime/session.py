@@ -144,7 +144,7 @@ class Session:
         self.loss: float | None = None
         self.resumed_from: int | None = None
         self.resume_problems: tuple[str, ...] = ()
-        self.checkpoints: list[SaveReport] = []
+        self._observed = 0
         self._entered = False
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -230,9 +230,8 @@ class Session:
     def _finish(self) -> None:
         if self._stopping is not None and self.global_step < self.max_steps:
             self._preempt()
-        last = self._checkpointer.wait()
-        if last is not None:
-            self._observe(last)
+        self._checkpointer.wait()
+        self._observe()
         saved = self.checkpoints and self.checkpoints[-1].ok and self.checkpoints[-1].step == self.global_step
         if self.global_step != self._last_save_step or not (saved or self.resumed_from == self.global_step):
             self._save("final", block=True)
@@ -252,6 +251,11 @@ class Session:
     @property
     def device(self) -> torch.device:
         return self._ctx.device
+
+    @property
+    def checkpoints(self) -> list[SaveReport]:
+        """Reports of the saves finished so far (byte counts are filled in on rank 0)."""
+        return self._checkpointer.reports
 
     @property
     def interval_s(self) -> float | None:
@@ -318,9 +322,8 @@ class Session:
 
     # -- step boundary ------------------------------------------------------------------------
     def _boundary(self) -> None:
-        finished = self._checkpointer.poll()
-        if finished is not None:
-            self._observe(finished)
+        self._checkpointer.poll()
+        self._observe()
         request = self._control.poll()
         stop = self._signals.received is not None or (request is not None and request.action == "stop")
         wanted = self._manual_request or (request is not None and request.action == "checkpoint")
@@ -373,17 +376,19 @@ class Session:
             seed=self.seed,
             request_id=request_id,
         )
-        report = self._checkpointer.save(state_tree.flatten(self._state_tree()), info, block=block)
+        self._checkpointer.save(state_tree.flatten(self._state_tree()), info, block=block)
         self._last_save_step = self.global_step
         self._last_save_time = time.monotonic()
-        if report is not None:
-            self._observe(report)
+        self._observe()
 
-    def _observe(self, report: SaveReport) -> None:
-        self.checkpoints.append(report)
-        if report.ok and self._estimator is not None:
-            self._estimator.observe(stall_s=report.stall_s, write_s=report.write_s)
-            log.debug("checkpoint interval now %.1fs", self._estimator.interval_s)
+    def _observe(self) -> None:
+        """Feed the saves finished since the last call to the interval estimate."""
+        fresh = self._checkpointer.reports[self._observed :]
+        self._observed += len(fresh)
+        for report in fresh:
+            if report.ok and self._estimator is not None:
+                self._estimator.observe(stall_s=report.stall_s, write_s=report.write_s)
+                log.debug("checkpoint interval now %.1fs", self._estimator.interval_s)
 
     def _seed_rng(self, slot: int) -> None:
         # The slot is the micro-batch's place in the global batch, not the rank: the same
