@@ -215,10 +215,21 @@ def load_local_catalog() -> Catalog:
     return catalog
 
 
-def overlay(base: Catalog, newer: Catalog) -> Catalog:
-    """``base`` with ``newer``'s rows merged over it, each keeping what it lacks from the row it replaces."""
+def overlay(base: Catalog, newer: Catalog, *, whole_regions: bool = False) -> Catalog:
+    """``base`` with ``newer``'s rows merged over it, each keeping what it lacks from the row it replaces.
+
+    With ``whole_regions`` (a live refresh lists everything a region sells), every older row
+    of a (cloud, region) that ``newer`` covers is dropped, so types the cloud stopped selling
+    and per-zone rows of a now regional price do not linger.
+    """
     rows = {o.key: o for o in base}
-    return base.merged_with(Catalog.of([carry_over(rows.get(o.key), o) for o in newer], origin=newer.origin))
+    by_type = {(o.cloud, o.region, o.instance_type): o for o in base}
+    fresh = [carry_over(rows.get(o.key) or by_type.get((o.cloud, o.region, o.instance_type)), o) for o in newer]
+    if not whole_regions:
+        return base.merged_with(Catalog.of(fresh, origin=newer.origin))
+    covered = {(o.cloud, o.region) for o in newer}
+    kept = [o for o in base if (o.cloud, o.region) not in covered]
+    return Catalog.of([*kept, *fresh], origin=f"{base.origin} + {newer.origin}")
 
 
 def carry_over(old: Offering | None, new: Offering) -> Offering:

@@ -19,5 +19,5 @@ def resolve_catalog(path: str | Path | None = None, *, use_cache: bool = True) -
     catalog = load_local_catalog()
     cached = load_cached_catalog()
     if cached is not None and len(cached):
-        catalog = overlay(catalog, cached)
+        catalog = overlay(catalog, cached, whole_regions=True)
     return catalog
