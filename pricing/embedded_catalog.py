@@ -223,13 +223,21 @@ def overlay(base: Catalog, newer: Catalog, *, whole_regions: bool = False) -> Ca
     and per-zone rows of a now regional price do not linger.
     """
     rows = {o.key: o for o in base}
-    by_type = {(o.cloud, o.region, o.instance_type): o for o in base}
+    by_type: dict[tuple[str, str, str], Offering] = {}
+    for o in base:  # per type, the zone row that knows the most (commitments, spot bucket)
+        key = (o.cloud, o.region, o.instance_type)
+        if key not in by_type or _known(o) > _known(by_type[key]):
+            by_type[key] = o
     fresh = [carry_over(rows.get(o.key) or by_type.get((o.cloud, o.region, o.instance_type)), o) for o in newer]
     if not whole_regions:
         return base.merged_with(Catalog.of(fresh, origin=newer.origin))
     covered = {(o.cloud, o.region) for o in newer}
     kept = [o for o in base if (o.cloud, o.region) not in covered]
     return Catalog.of([*kept, *fresh], origin=f"{base.origin} + {newer.origin}")
+
+
+def _known(o: Offering) -> int:
+    return (o.reserved_1y is not None) + (o.reserved_3y is not None) + (o.interruption_bucket is not None)
 
 
 def carry_over(old: Offering | None, new: Offering) -> Offering:
