@@ -1,6 +1,7 @@
 """Sweep the spot policies against the hindsight optimum on the 45-day p3.2xlarge traces.
 
-Run by hand (a few minutes on 2 cores)::
+Run by hand from the repository root, after ``pip install -e .`` (a few minutes on
+2 cores)::
 
     python bench/simulate_sweep.py [--offsets 40] [--workers 2] [--traces DIR]
 
@@ -34,13 +35,12 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from planner.optimal import optimal_costs
+from planner.policy import make_policy
+from planner.simulate import JobModel, simulate, tick_grid
+from pricing.traces import MultiPoolTrace, read_traces
 
-from planner.optimal import optimal_costs  # noqa: E402
-from planner.policy import make_policy  # noqa: E402
-from planner.simulate import JobModel, simulate, tick_grid  # noqa: E402
-from pricing.traces import MultiPoolTrace, read_traces  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SETTINGS = ((48.0, 52.0, 0.2), (48.0, 70.0, 0.2), (48.0, 70.0, 0.05), (24.0, 30.0, 0.2))
 """(C, D, d) in hours: the paper's tight and loose deadlines for a 48-hour job with a
@@ -89,7 +89,7 @@ def _run(job: tuple[str, tuple[str, ...], tuple[float, float, float], int]) -> t
             "danlu": [make_policy("danlu")],
         }
     rows: dict[str, list[tuple[float, bool, float]]] = defaultdict(list)
-    for start, optimum in zip(starts, best):
+    for start, optimum in zip(starts, best, strict=True):
         window = trace.window(start, horizon)
         rows["optimal"].append((1.0, False, optimum / on_demand))
         for name, variants in policies.items():

@@ -121,7 +121,8 @@ def _solve(
             if rec is not None:
                 m = int(np.argmin(done[0]))
                 rec.finish_mode[t], rec.finish_cost[t] = m, done[0, m]
-                rec.finish_code[t] = _CONTINUE if done[0, m] == run[0, m, 0, finish_lag] + frac * cost[0, m] else _LAUNCH
+                continued = done[0, m] == run[0, m, 0, finish_lag] + frac * cost[0, m]
+                rec.finish_code[t] = _CONTINUE if continued else _LAUNCH
 
         new_run = np.full_like(run, np.inf)
         new_run[:, :, 0, :] = run[:, :, 0, :] + c3

@@ -59,7 +59,7 @@ class PolicyMemory:
     def from_dict(cls, data: Mapping[str, Any]) -> PolicyMemory:
         raw = data.get("pool_up_since", {})
         if not isinstance(raw, Mapping):
-            raise ValueError(f"policy memory: 'pool_up_since' must be a mapping, got {type(raw).__name__}")
+            raise TypeError(f"policy memory: 'pool_up_since' must be a mapping, got {type(raw).__name__}")
         return cls({str(k): float(v) for k, v in raw.items()})
 
     def observe(self, state: PolicyState) -> PolicyMemory:
@@ -173,9 +173,9 @@ def safety_net(state: PolicyState, spot: str | None) -> Decision | None:
     guard = last_safe_moment(state, spot)
     if guard is not None:
         return guard
-    if state.ticks_up(state.work_left_hours + 2 * state.restart_hours) > state.remaining_time_hours + _EPS:
-        if not state.on_spot:
-            return Decision(ON_DEMAND, "deadline within one failed spot attempt: on-demand", state.memory)
+    two_launches = state.ticks_up(state.work_left_hours + 2 * state.restart_hours)
+    if two_launches > state.remaining_time_hours + _EPS and not state.on_spot:
+        return Decision(ON_DEMAND, "deadline within one failed spot attempt: on-demand", state.memory)
     return None
 
 

@@ -7,16 +7,12 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")  # files only; never needs a display
-
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-import numpy as np  # noqa: E402
-
-from planner.policy import ON_DEMAND  # noqa: E402
-from planner.simulate import JobModel, SimResult  # noqa: E402
-from pricing.traces import MultiPoolTrace  # noqa: E402
+from planner.policy import ON_DEMAND
+from planner.simulate import JobModel, SimResult
+from pricing.traces import MultiPoolTrace
 
 
 def plot_progress(
@@ -31,9 +27,9 @@ def plot_progress(
     ticks = min(max(last, int(np.ceil(model.deadline_hours / g))) + 1, trace.ticks)
     hours = np.arange(ticks + 1) * g
 
-    fig, (ax, lanes) = plt.subplots(
-        2, 1, figsize=(10, 6.5), dpi=110, sharex=True, gridspec_kw={"height_ratios": [3, 1]}
-    )
+    # a bare Figure renders with the Agg canvas: no pyplot state, no display needed
+    fig = Figure(figsize=(10, 6.5), dpi=110)
+    ax, lanes = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     home = trace.available[trace.pools.index(home_pool), :ticks]
     if len(trace.pools) > 1:
         _shade(ax, hours, trace.available[:, :ticks].any(axis=0), "#d9ecd9", "spot up in some pool")
@@ -57,7 +53,6 @@ def plot_progress(
     lanes.set_xlim(0, hours[-1])
     fig.tight_layout()
     _save_atomically(fig, path)
-    plt.close(fig)
     return path
 
 
@@ -72,7 +67,7 @@ def _lanes(ax, results: Mapping[str, SimResult], g: float) -> None:
         for on_demand, color in ((False, "#2e8b57"), (True, "#e07b39")):
             used = np.array([t is not None and (t == ON_DEMAND) == on_demand for t in result.targets])
             edges = np.flatnonzero(np.diff(np.concatenate([[0], used.astype(np.int8), [0]])))
-            spans = [(start * g, (stop - start) * g) for start, stop in zip(edges[::2], edges[1::2])]
+            spans = [(start * g, (stop - start) * g) for start, stop in zip(edges[::2], edges[1::2], strict=True)]
             ax.broken_barh(spans, (row - 0.35, 0.7), color=color)
     ax.set_yticks(range(len(results)), list(results))
     ax.set_ylim(len(results) - 0.5, -0.5)
@@ -81,7 +76,7 @@ def _lanes(ax, results: Mapping[str, SimResult], g: float) -> None:
 
 def _shade(ax, hours: np.ndarray, up: np.ndarray, color: str, label: str) -> None:
     edges = np.flatnonzero(np.diff(np.concatenate([[0], up.astype(np.int8), [0]])))
-    for n, (start, stop) in enumerate(zip(edges[::2], edges[1::2])):
+    for n, (start, stop) in enumerate(zip(edges[::2], edges[1::2], strict=True)):
         ax.axvspan(hours[start], hours[stop], color=color, linewidth=0, label=label if n == 0 else None)
 
 

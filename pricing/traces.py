@@ -141,7 +141,9 @@ def read_trace(path: str | Path, *, gang: int | None = None) -> SpotTrace:
         full = folder_gang or int(values.max())
         threshold = full if gang is None else gang
         if not 1 <= threshold <= max(full, 1):
-            raise TraceFormatError(f"{path}: gang {threshold} is outside 1..{full}, the instance counts this file holds")
+            raise TraceFormatError(
+                f"{path}: gang {threshold} is outside 1..{full}, the instance counts this file holds"
+            )
         available = values >= threshold
     else:
         if gang not in (None, 1):

@@ -21,6 +21,7 @@ from planner.simulate import (
     JobModel,
     SimResult,
     SimulationError,
+    TickGrid,
     require_feasible,
     simulate_policies,
     tick_grid,
@@ -67,7 +68,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--plot", type=Path, metavar="PNG", help="write progress vs time per policy to PNG")
     model = parser.add_argument_group("job model (the paper's parameters)")
     model.add_argument("--job-hours", type=float, metavar="C", help="compute the job needs, hours (required for now)")
-    model.add_argument("--deadline-hours", type=float, metavar="D", help="deadline after the start, hours (required for now)")
+    model.add_argument(
+        "--deadline-hours", type=float, metavar="D", help="deadline after the start, hours (required for now)"
+    )
     model.add_argument("--restart-hours", type=float, default=0.2, metavar="d",
                        help="overhead of each launch, hours (default 0.2, the paper's 12 min)")
     model.add_argument("--on-demand-price", type=float, default=DEFAULT_ON_DEMAND_PRICE, metavar="X",
@@ -76,7 +79,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                        help=f"spot USD/h for every pool, overriding a trace's own 'prices' "
                             f"(default: the trace's prices, else {DEFAULT_SPOT_PRICE})")
     model.add_argument("--start-tick", type=int, default=0, metavar="K", help="start the job at tick K of the trace")
-    model.add_argument("--gang", type=int, metavar="N", help="multi-node traces: instances that must be up (default all)")
+    model.add_argument(
+        "--gang", type=int, metavar="N", help="multi-node traces: instances that must be up (default all)"
+    )
     model.add_argument("--home-pool", metavar="POOL", help="pool of greedy and uniform_progress (default: the first)")
     parser.set_defaults(handler=handle)
 
@@ -116,7 +121,17 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         console.print_json(json.dumps(_payload(name, trace, args.start_tick, model, grid, home, results)))
         return 0
-    _print_table(console, name, trace, args, model, grid, home, results)
+    title = (
+        f"{name}: C={model.job_hours:g} h, D={model.deadline_hours:g} h, d={model.restart_hours:g} h "
+        f"(as {grid.overhead_ticks} tick(s)), from tick {args.start_tick} of {len(trace.pools)} pool(s)"
+    )
+    pinned = f" ({home})" if len(trace.pools) > 1 else ""
+    _print_table(console, title, results, pinned)
+    if not math.isclose(model.restart_hours, grid.overhead_hours):
+        console.print(
+            f"restart overhead {model.restart_hours:g} h is simulated as {grid.overhead_ticks} whole tick(s) "
+            f"= {grid.overhead_hours:.4g} h"
+        )
     if short:
         console.print("[yellow]note:[/] the deadline lies past the end of the trace; spot counts as unavailable there")
     if args.plot:
@@ -138,7 +153,15 @@ def _job_name(path: Path) -> str:
     return name
 
 
-def _payload(name, trace: MultiPoolTrace, start: int, model: JobModel, grid, home: str, results) -> dict:
+def _payload(
+    name: str,
+    trace: MultiPoolTrace,
+    start: int,
+    model: JobModel,
+    grid: TickGrid,
+    home: str,
+    results: dict[str, SimResult],
+) -> dict[str, object]:
     return {
         "job": name,
         "trace": {
@@ -153,13 +176,9 @@ def _payload(name, trace: MultiPoolTrace, start: int, model: JobModel, grid, hom
     }
 
 
-def _print_table(console: Console, name, trace, args, model: JobModel, grid, home, results: dict[str, SimResult]) -> None:
+def _print_table(console: Console, title: str, results: dict[str, SimResult], pinned: str) -> None:
     optimal = results.get("optimal")
     on_demand = results.get("on_demand")
-    title = (
-        f"{name}: C={model.job_hours:g} h, D={model.deadline_hours:g} h, d={model.restart_hours:g} h "
-        f"(as {grid.overhead_ticks} tick(s)), from tick {args.start_tick} of {len(trace.pools)} pool(s)"
-    )
     table = Table(title=title)
     table.add_column("policy", no_wrap=True)
     table.add_column("cost $", justify="right")
@@ -170,8 +189,7 @@ def _print_table(console: Console, name, trace, args, model: JobModel, grid, hom
     for column in ("finish h", "deadline", "launches", "preemptions", "spot h", "on-demand h"):
         table.add_column(column, justify="right")
     for policy, r in results.items():
-        row = [policy + (f" ({home})" if policy in ("greedy", "uniform_progress") and len(trace.pools) > 1 else "")]
-        row.append(f"{r.cost_usd:,.2f}")
+        row = [policy + (pinned if policy in ("greedy", "uniform_progress") else ""), f"{r.cost_usd:,.2f}"]
         if optimal:
             row.append(f"{r.cost_usd / optimal.cost_usd:.3f}")
         if on_demand:
@@ -181,8 +199,3 @@ def _print_table(console: Console, name, trace, args, model: JobModel, grid, hom
         row += [finish, met, str(r.launches), str(r.preemptions), f"{r.spot_hours:.2f}", f"{r.on_demand_hours:.2f}"]
         table.add_row(*row)
     console.print(table)
-    if not math.isclose(model.restart_hours, grid.overhead_hours):
-        console.print(
-            f"restart overhead {model.restart_hours:g} h is simulated as {grid.overhead_ticks} whole tick(s) "
-            f"= {grid.overhead_hours:.4g} h"
-        )

@@ -30,19 +30,18 @@ def write_trace(path: Path, data, gap_seconds: float = 195, prices=None) -> Path
 
 def state(**overrides) -> PolicyState:
     """A mid-job state: 48 h job due at 52 h, d = 0.2 h, ticks of 0.05 h, idle, no spot."""
-    values = dict(
-        elapsed_hours=10.0,
-        work_done_hours=10.0,
-        job_hours=48.0,
-        deadline_hours=52.0,
-        restart_hours=0.2,
-        tick_hours=0.05,
-        current=None,
-        overhead_left_hours=0.0,
-        spot_prices={},
-        on_demand_price=3.06,
-        preempted=None,
-        memory=PolicyMemory(),
-    )
-    values.update(overrides)
-    return PolicyState(**values)
+    values = {
+        "elapsed_hours": 10.0,
+        "work_done_hours": 10.0,
+        "job_hours": 48.0,
+        "deadline_hours": 52.0,
+        "restart_hours": 0.2,
+        "tick_hours": 0.05,
+        "current": None,
+        "overhead_left_hours": 0.0,
+        "spot_prices": {},
+        "on_demand_price": 3.06,
+        "preempted": None,
+        "memory": PolicyMemory(),
+    }
+    return PolicyState(**(values | overrides))

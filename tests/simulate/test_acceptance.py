@@ -37,8 +37,8 @@ def test_danlu_is_no_worse_than_uniform_progress_in_one_zone(shared):
         for model in SETTINGS:
             starts = _starts(one, model)
             best = optimal_costs(one, model, starts)
-            for name in ratios:
-                ratios[name].extend(_costs(one, model, make_policy(name), starts) / best)
+            for name, found in ratios.items():
+                found.extend(_costs(one, model, make_policy(name), starts) / best)
     assert np.mean(ratios["danlu"]) <= np.mean(ratios["uniform_progress"])
 
 

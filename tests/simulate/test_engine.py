@@ -6,7 +6,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from planner.policy import ON_DEMAND, Decision, GreedyPolicy, OnDemandPolicy, PolicyState
+from planner.policy import (
+    ON_DEMAND,
+    Decision,
+    GreedyPolicy,
+    OnDemandPolicy,
+    PolicyState,
+)
 from planner.simulate import (
     DEFAULT_SPOT_PRICE,
     JobModel,
@@ -71,10 +77,9 @@ def test_a_deadline_no_schedule_can_meet_is_refused():
 
 @pytest.mark.parametrize("field", ["job_hours", "deadline_hours", "on_demand_price", "spot_price"])
 def test_model_values_must_be_positive(field):
-    values = dict(job_hours=1.0, deadline_hours=2.0, restart_hours=0.1, on_demand_price=1.0, spot_price=0.5)
-    values[field] = 0.0
+    values = {"job_hours": 1.0, "deadline_hours": 2.0, "restart_hours": 0.1, "on_demand_price": 1.0, "spot_price": 0.5}
     with pytest.raises(SimulationError, match=f"{field} must be a finite number > 0"):
-        JobModel(**values)
+        JobModel(**(values | {field: 0.0}))
 
 
 @dataclass(frozen=True)

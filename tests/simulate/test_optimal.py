@@ -9,7 +9,12 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from planner.optimal import SchedulePolicy, optimal_costs, optimal_policy, optimal_schedule
+from planner.optimal import (
+    SchedulePolicy,
+    optimal_costs,
+    optimal_policy,
+    optimal_schedule,
+)
 from planner.policy import ON_DEMAND, POLICY_NAMES, make_policy
 from planner.simulate import DEFAULT_SPOT_PRICE, JobModel, simulate, tick_grid
 from pricing.traces import read_traces
@@ -114,7 +119,7 @@ def test_the_optimum_bounds_every_policy_on_real_windows(shared, zones):
     grid = tick_grid(model, trace.tick_hours)
     starts = [0, 4321, 12345]
     best = optimal_costs(trace, model, starts)
-    for start, optimum in zip(starts, best):
+    for start, optimum in zip(starts, best, strict=True):
         window = trace.window(start, grid.horizon_ticks(model))
         replay = simulate(window, model, optimal_policy(window, model))
         assert replay.cost_usd == pytest.approx(optimum) and replay.deadline_met

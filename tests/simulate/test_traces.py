@@ -133,7 +133,7 @@ def test_real_traces_match_the_published_availability(shared):
     folder = shared(*AVAILABILITY, "1-node", "aws-02-15-2023")
     trace = read_traces([folder])
     assert len(trace.pools) == 9 and trace.ticks == 20158 and trace.gap_seconds == 195
-    share = dict(zip(trace.pools, trace.available.mean(axis=1)))
+    share = dict(zip(trace.pools, trace.available.mean(axis=1), strict=True))
     assert share["us-east-1a"] == pytest.approx(0.833, abs=0.001)
     assert share["us-west-2b"] == pytest.approx(0.095, abs=0.001)
     gang = read_trace(shared(*AVAILABILITY, "16-node", "aws-08-27-2023", "us-east-2b_v100_1.json"))
