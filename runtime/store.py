@@ -9,9 +9,10 @@ Layout under the root (a local path or an fsspec URL)::
     step-120/manifest.json     ours, written last: the commit marker
     discarded/step-130.corrupt-1732960000   set aside on resume for a human to inspect
 
-A checkpoint is *committed* when both ``.metadata`` and ``manifest.json`` exist. Rank 0
-writes the manifest only after every rank's data and DCP's metadata are durable, so a
-directory without one is a save interrupted mid-write and is never loaded. The manifest
+A checkpoint is *committed* when ``manifest.json`` exists. Rank 0 writes it only after
+every rank's data and DCP's ``.metadata`` are durable, so a directory without one is a save
+interrupted mid-write and is never loaded. (Scripts that do not use the session follow the
+same rule with a manifest of their own; see ``docs/runtime.md``.) The manifest
 records the size and BLAKE2b digest of every file, so a committed checkpoint that was
 damaged later (truncated, bit-flipped) is detected before it is loaded, and the previous
 one is used instead.
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 
 STEP_PREFIX = "step-"
 MANIFEST_FILE = "manifest.json"
-DCP_METADATA = ".metadata"
 DISCARDED_DIR = "discarded"
 MANIFEST_FORMAT = 1
 _CHUNK = 4 << 20
@@ -138,10 +138,8 @@ class CheckpointStore:
         return sorted(steps)
 
     def is_committed(self, step: int) -> bool:
-        base = self._dir(step)
-        return self.fs.exists(posixpath.join(base, MANIFEST_FILE)) and self.fs.exists(
-            posixpath.join(base, DCP_METADATA)
-        )
+        """True once ``step-N/manifest.json`` exists (the manifest is written last)."""
+        return self.fs.exists(posixpath.join(self._dir(step), MANIFEST_FILE))
 
     def committed_steps(self) -> list[int]:
         """Committed steps in ascending order; the last is the latest checkpoint."""

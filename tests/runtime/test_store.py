@@ -46,10 +46,11 @@ def test_latest_is_the_highest_committed_step(store: CheckpointStore) -> None:
     assert store.latest_step() == 10
 
 
-def test_metadata_without_manifest_is_not_committed(store: CheckpointStore) -> None:
+def test_a_lost_dcp_metadata_file_fails_verification(store: CheckpointStore) -> None:
     _fake_checkpoint(store, 5)
     store.fs.rm(f"{store.url(5)}/.metadata")
-    assert not store.is_committed(5)
+    assert store.is_committed(5)
+    assert store.verify(5) == [f"{store.url(5)}/.metadata is missing"]
 
 
 def test_manifest_round_trip(store: CheckpointStore) -> None:

@@ -1,0 +1,332 @@
+"""What a run directory remembers: the simulated clock, the controller state, the summary.
+
+``<run_dir>/state.json`` holds everything ``planner run --resume RUN_DIR`` needs to carry
+on after the controller itself was killed: the job, the clock's origin and scale, the
+current plan and pool, the active launch and its nodes, what was learned (measured
+throughput, pools cooling down, raised interruption rates), counters and the chaos
+schedule's position. It is rewritten atomically at every change of any of these.
+
+Time: billing, deadlines and plans run on *simulated* time, ``scale`` simulated
+seconds per real second from ``origin`` (a real POSIX time), so a plan of hours can
+be exercised in minutes with the local provider. At scale 1 simulated time is real time.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from planner.job import JobSpec
+from runtime import atomic_file
+from runtime.errors import RuntimeFailure
+from runtime.ledger import Ledger
+from runtime.providers.base import Node, PoolSpec
+from runtime.store import CheckpointStore
+
+STATE_FILE = "state.json"
+SUMMARY_FILE = "summary.json"
+FORMAT = 1
+
+
+class RunStateError(RuntimeFailure):
+    """A run directory cannot be resumed (no state, or a state this version cannot read)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimClock:
+    """Simulated POSIX time: ``origin + (real - origin) * scale``."""
+
+    origin: float
+    scale: float = 1.0
+
+    def now(self) -> float:
+        return self.sim(time.time())
+
+    def sim(self, real: float) -> float:
+        return self.origin + (real - self.origin) * self.scale
+
+    def elapsed_hours(self) -> float:
+        return (self.now() - self.origin) / 3600.0
+
+    def real_seconds(self, sim_seconds: float) -> float:
+        return sim_seconds / self.scale
+
+
+@dataclass(slots=True)
+class LaunchRecord:
+    """One launch: a torchrun job on one pool, from provisioning to release."""
+
+    launch_id: str
+    pool: dict[str, Any]
+    world_size: int
+    start_step: int
+    provisioned_at: float
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    training_at: float | None = None
+    training_step: int | None = None
+    end_step: int | None = None
+    released_at: float | None = None
+    outcome: str | None = None
+    reason: str = ""
+
+    def node_objects(self) -> list[Node]:
+        return [Node.from_dict(n) for n in self.nodes]
+
+    @property
+    def pool_spec(self) -> PoolSpec:
+        return PoolSpec.from_dict(self.pool)
+
+    def log_cause(self) -> str:
+        """The telling line of the node logs (an exit code alone says little), or ''."""
+        for node in self.nodes:
+            path = Path(str(node.get("handle", {}).get("log", "")))
+            try:
+                lines = path.read_text(errors="replace").splitlines()
+            except OSError:
+                continue
+            if any("RendezvousTimeoutError" in line for line in lines):
+                return "; the rendezvous timed out (a node never joined)"
+            errors = [line.strip() for line in lines if "Error" in line or "error:" in line]
+            if errors:
+                return f"; {node['id']}: {errors[-1][:300]}"
+        return ""
+
+
+@dataclass(slots=True)
+class RunState:
+    """The controller's durable state (see the module docstring)."""
+
+    job_path: str
+    job: dict[str, Any]
+    cwd: str
+    catalog: str | None
+    provider: str
+    checkpoint_dir: str
+    origin: float
+    time_scale: float
+    policy: str
+    chaos: list[str] = field(default_factory=list)
+    chaos_fired: int = 0
+    plan: dict[str, Any] | None = None
+    pool: dict[str, Any] | None = None
+    launches: list[LaunchRecord] = field(default_factory=list)
+    active: bool = False
+    preemptions: int = 0
+    replans: int = 0
+    failures: int = 0
+    lost_steps: int = 0
+    steps: int = 0
+    measured: dict[str, Any] | None = None
+    cooling: dict[str, float] = field(default_factory=dict)
+    rates: dict[str, float] = field(default_factory=dict)
+    pool_preemptions: dict[str, int] = field(default_factory=dict)
+    pool_hours: dict[str, float] = field(default_factory=dict)
+    policy_memory: dict[str, Any] = field(default_factory=dict)
+    status: str = "running"
+    cause: str | None = None
+    format: int = FORMAT
+
+    @property
+    def clock(self) -> SimClock:
+        return SimClock(self.origin, self.time_scale)
+
+    @property
+    def current(self) -> LaunchRecord | None:
+        return self.launches[-1] if self.active and self.launches else None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, *, source: str) -> RunState:
+        try:
+            data = json.loads(text)
+            if data.get("format") != FORMAT:
+                raise RunStateError(
+                    f"{source}: state format {data.get('format')!r} is not {FORMAT}. To fix: resume it with the "
+                    "danlu version that started the run."
+                )
+            data["launches"] = [LaunchRecord(**record) for record in data.get("launches", [])]
+            return cls(**data)
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise RunStateError(
+                f"{source}: not a run state written by planner run ({exc}). To fix: pass the run directory "
+                "that `planner run` printed."
+            ) from exc
+
+
+def save_state(run_dir: str | Path, state: RunState) -> None:
+    atomic_file.write_text(Path(run_dir) / STATE_FILE, state.to_json())
+
+
+def load_state(run_dir: str | Path) -> RunState:
+    """The state of ``run_dir``.
+
+    Raises:
+        RunStateError: there is none, or it cannot be read.
+    """
+    path = Path(run_dir) / STATE_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RunStateError(
+            f"{path}: no run state here. To fix: pass the run directory of a run started with `planner run`."
+        ) from None
+    return RunState.from_json(text, source=str(path))
+
+
+def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> Path:
+    path = Path(run_dir) / SUMMARY_FILE
+    atomic_file.write_text(path, json.dumps(summary, indent=2, sort_keys=False) + "\n")
+    return path
+
+
+def units_per_step(job: JobSpec, store: CheckpointStore) -> float:
+    """Work units (the job's unit) one optimizer step does.
+
+    ``steps``: 1. ``samples``: the global batch the latest checkpoint records.
+    ``tokens``: ``[workload].global_batch`` (tokens per step), which the job must give.
+    """
+    unit = job.workload.unit
+    if unit == "steps":
+        return 1.0
+    if unit == "tokens":
+        return float(job.workload.global_batch or 1.0)
+    latest = store.latest_step()
+    if latest is None:
+        return float(job.workload.global_batch or 1.0)
+    return float(store.read_manifest(latest).global_batch)
+
+
+def work_done_units(job: JobSpec, store: CheckpointStore) -> float:
+    """Work committed so far: the latest checkpoint's step in the job's unit."""
+    latest = store.latest_step()
+    if latest is None:
+        return 0.0
+    if job.workload.unit == "samples":
+        return float(store.read_manifest(latest).samples_seen)
+    return latest * units_per_step(job, store)
+
+
+def check_runnable(job: JobSpec, source: str) -> None:
+    """Refuse jobs ``planner run`` cannot follow, naming the key and the fix."""
+    if not job.run.entrypoint:
+        raise RunStateError(
+            f"{source}: run.entrypoint is empty. To fix: give the training command as an argv list, e.g. "
+            'entrypoint = ["python", "train.py"].'
+        )
+    if job.workload.unit == "gpu_hours":
+        raise RunStateError(
+            f"{source}: workload.gpu_hours cannot be followed step by step. To fix: give workload.steps, "
+            "workload.samples, or workload.tokens with workload.global_batch."
+        )
+    if job.workload.unit == "tokens" and not job.workload.global_batch:
+        raise RunStateError(
+            f"{source}: workload.tokens needs workload.global_batch (tokens per optimizer step) so progress "
+            "can be counted from checkpoints. To fix: add global_batch under [workload]."
+        )
+
+
+def build_summary(state: RunState, job: JobSpec, ledger: Ledger, store: CheckpointStore) -> dict[str, Any]:
+    """``summary.json``: the outcome, the work, every launch and every pool with its time and cost."""
+    clock = state.clock
+    end = max([clock.origin, *[r.released_at or r.provisioned_at for r in state.launches]])
+    hours_by_pool: dict[tuple[str, str], float] = {}
+    for record in state.launches:
+        pool = record.pool_spec
+        key = (pool.pool_id, pool.purchase)
+        hours_by_pool[key] = hours_by_pool.get(key, 0.0) + ((record.released_at or end) - record.provisioned_at) / 3600
+    pools = [
+        {"pool": spend.pool, "purchase": spend.purchase, "hours": round(hours_by_pool.get((spend.pool, spend.purchase),
+                                                                                          0.0), 6),
+         "node_hours": round(spend.node_hours, 6), "cost_usd": round(spend.usd, 6)}
+        for spend in ledger.by_pool()
+    ]
+    latest = store.latest_step()
+    launches = [
+        {"launch_id": r.launch_id, "pool": r.pool_spec.label(), "pool_id": r.pool_spec.pool_id,
+         "purchase": r.pool_spec.purchase, "nodes": r.pool_spec.nodes, "world_size": r.world_size,
+         "start_step": r.start_step, "end_step": r.end_step, "outcome": r.outcome, "reason": r.reason}
+        for r in state.launches
+    ]
+    return {
+        "job": job.name,
+        "status": state.status,
+        "cause": state.cause,
+        "unit": job.workload.unit,
+        "work_total": job.workload.amount,
+        "work_done": work_done_units(job, store),
+        "steps": latest or 0,
+        "preemptions": state.preemptions,
+        "replans": state.replans,
+        "failures": state.failures,
+        "lost_steps": state.lost_steps,
+        "cost_usd": round(ledger.total_usd(), 6),
+        "hours": round((end - clock.origin) / 3600, 6),
+        "time_scale": state.time_scale,
+        "budget_usd": job.constraints.budget_usd,
+        "deadline_hours": job.constraints.deadline_hours,
+        "pools": pools,
+        "launches": launches,
+        "world_sizes": [r.world_size for r in state.launches],
+        "final_checkpoint": store.url(latest) if latest is not None else None,
+    }
+
+
+def plan_pool(plan: dict[str, Any], *, source: str) -> PoolSpec:
+    """The first phase of a plan (``planner quote --json`` output, or its ``plan`` object)."""
+    body = plan.get("plan", plan) if isinstance(plan, dict) else None
+    phases = body.get("phases") if isinstance(body, dict) else None
+    if not phases:
+        raise RunStateError(
+            f"{source}: key 'plan.phases' is missing or empty. To fix: pass the output of "
+            "`planner quote JOB --json` for a feasible job."
+        )
+    phase = phases[0]
+    try:
+        return PoolSpec(
+            cloud=str(phase["cloud"]), region=str(phase["region"]), zone=phase.get("zone"),
+            instance_type=str(phase["instance_type"]), gpu=str(phase["gpu"]),
+            gpus_per_node=int(phase["gpus_per_node"]), purchase=str(phase["purchase"]), nodes=int(phase["nodes"]),
+            hourly_usd=float(phase["hourly_usd"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RunStateError(
+            f"{source}: plan.phases[0] lacks or mangles {exc}. To fix: regenerate it with `planner quote JOB --json`."
+        ) from exc
+
+
+def new_state(
+    *, job_path: Path, job: JobSpec, run_dir: Path, catalog: str | None, provider: str, time_scale: float,
+    policy: str, chaos: list[str], plan_path: Path | None = None,
+) -> RunState:
+    """The state of a fresh run (written to ``run_dir``), refusing a directory that holds one."""
+    if (run_dir / STATE_FILE).exists():
+        raise RunStateError(
+            f"{run_dir}: already holds a run. To fix: continue it with `planner run --resume {run_dir}` or "
+            "choose another --run-dir."
+        )
+    check_runnable(job, str(job_path))
+    checkpoint_dir = job.run.checkpoint_dir
+    if checkpoint_dir is None:
+        checkpoint_dir = str((run_dir / "ckpt").resolve())
+    elif "://" not in checkpoint_dir:
+        checkpoint_dir = str(Path(checkpoint_dir).resolve())
+    state = RunState(
+        job_path=str(job_path.resolve()), job=job.model_dump(mode="json"), cwd=str(Path.cwd()),
+        catalog=str(Path(catalog).resolve()) if catalog else None, provider=provider, checkpoint_dir=checkpoint_dir,
+        origin=time.time(), time_scale=time_scale, policy=policy, chaos=list(chaos),
+    )
+    if plan_path is not None:
+        try:
+            plan = json.loads(plan_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise RunStateError(f"{plan_path}: cannot read the plan ({exc}). To fix: pass a JSON plan file.") from exc
+        state.pool = plan_pool(plan, source=str(plan_path)).to_dict()
+        state.plan = plan.get("plan", plan)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_state(run_dir, state)
+    return state
