@@ -119,7 +119,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         plot_progress(results, window, model, args.plot, home_pool=home)
     short = args.start_tick + grid.last_tick + 1 > trace.ticks
     if args.json:
-        console.print_json(json.dumps(_payload(name, trace, args.start_tick, model, grid, home, results)))
+        print(json.dumps(_payload(name, trace, args.start_tick, model, grid, home, results), indent=2))
         return 0
     title = (
         f"{name}: C={model.job_hours:g} h, D={model.deadline_hours:g} h, d={model.restart_hours:g} h "
