@@ -171,17 +171,16 @@ class ChaosClock:
     """Hands out the preemptions that are due, once each, in order.
 
     ``fired`` (how many were handed out) is all the state there is, so a resumed
-    controller restores it and carries on; times that passed while nobody was watching
-    are reported as missed rather than replayed in a burst.
+    controller restores it and carries on. A time that comes while nothing can be
+    reclaimed stays due until something can (see the module docstring).
     """
 
     times: tuple[float, ...]
     fired: int = 0
 
-    def due(self, elapsed_s: float) -> list[float]:
-        """The preemption times reached by ``elapsed_s`` and not handed out yet."""
-        out: list[float] = []
-        while self.fired < len(self.times) and self.times[self.fired] <= elapsed_s:
-            out.append(self.times[self.fired])
+    def next_due(self, elapsed_s: float) -> float | None:
+        """The earliest preemption time reached by ``elapsed_s`` not handed out yet."""
+        if self.fired < len(self.times) and self.times[self.fired] <= elapsed_s:
             self.fired += 1
-        return out
+            return self.times[self.fired - 1]
+        return None

@@ -71,7 +71,6 @@ from runtime.store import CheckpointStore
 log = logging.getLogger("runtime.controller")
 
 HEARTBEAT_S = 1.0
-STARTUP_GRACE_S = 60.0
 TICK_HOURS = 1 / 60
 
 
@@ -83,6 +82,7 @@ class Tuning:
     rdzv_timeout_s: float = 60.0
     shutdown_timeout_s: float = 10.0
     cooldown_minutes: float = 30.0
+    startup_grace_s: float = 120.0
     hold_nodes: tuple[int, ...] = ()
 
 
@@ -358,7 +358,7 @@ class Controller:
         reported: set[tuple[str, str]] = set()
         notice: tuple[Node, Notice] | None = None
         ending_since: float | None = None
-        budget_stop = False
+        budget_stop = reclaiming = False
         while True:
             statuses = self.provider.poll(nodes)
             if record.training_at is None:
@@ -369,8 +369,8 @@ class Controller:
                     self.events.emit("training", launch=record.launch_id, step=status.step,
                                      world_size=status.world_size)
                     self.save()
-            if record.training_at is not None and pool.purchase == "spot" and stop_sent is None:
-                self._inject_chaos(nodes)
+            if record.training_at is not None and pool.purchase == "spot" and not reclaiming:
+                reclaiming = self._inject_chaos(nodes)
             for node in nodes:
                 seen = self.provider.interruption_notice(node)
                 if seen is None or (node.id, seen.kind) in reported:
@@ -389,15 +389,20 @@ class Controller:
                 if self._heartbeat(record, nodes) and stop_sent is None:
                     budget_stop = True
                     stop_sent = self._request("stop", "budget cap: checkpoint and stop before overspending")
-            done = [s for s in statuses if s.state in (NodeState.EXITED, NodeState.RECLAIMED)]
-            if done and ending_since is None:
+            if stop_sent is not None and self._checkpointed(record.launch_id):
+                break  # the checkpoint is committed: release now rather than pay for the workers' teardown
+            ended = any(st.state in (NodeState.EXITED, NodeState.RECLAIMED) for st in statuses)
+            running = any(st.state is NodeState.RUNNING for st in statuses)
+            if ended and ending_since is None:
                 ending_since = now
-            if done and (len(done) == len(statuses) or now - ending_since > self.tuning.shutdown_timeout_s):
-                break
-            if record.training_at is None and now - started > self.tuning.rdzv_timeout_s + STARTUP_GRACE_S:
+            if ended and (not running or now - ending_since > self.tuning.shutdown_timeout_s):
+                break  # a node that ended takes the job down with it: the others get a grace period
+            limit = self.tuning.rdzv_timeout_s + self.tuning.startup_grace_s
+            if record.training_at is None and now - started > limit:
                 self._release(record, nodes, reason="startup timeout")
-                return _LaunchEnd(contract.Outcome.FAILED, "the launch did not start training within "
-                                  f"{self.tuning.rdzv_timeout_s + STARTUP_GRACE_S:.0f}s (stuck rendezvous?)")
+                return self._classify(record, statuses, reclaimed=False, budget_stop=False, notice=None,
+                                      failure=f"the launch did not start training within {limit:.0f}s "
+                                              "(a stuck rendezvous or a hung start-up)")
             time.sleep(self.tuning.poll_s)
         reclaimed = any(s.state is NodeState.RECLAIMED for s in statuses)
         if notice is not None and not reclaimed:
@@ -413,22 +418,29 @@ class Controller:
             return None
         return status if status is not None and status.attempt == launch_id else None
 
+    def _checkpointed(self, launch_id: str) -> bool:
+        status = self._status(launch_id)
+        return status is not None and status.state == "preempted"
+
     def _request(self, action: contract.Action, reason: str) -> str:
         request = contract.request_checkpoint(self.work_dir / contract.CONTROL_FILE, action, reason=reason)
         self.events.emit("checkpoint_request", action=action, reason=reason, request=request.id)
         return request.id
 
-    def _inject_chaos(self, nodes: list[Node]) -> None:
+    def _inject_chaos(self, nodes: list[Node]) -> bool:
+        """Reclaim a node if a chaos preemption is due; True when one was."""
         elapsed = time.time() - self.state.origin
-        for due in self.chaos.due(elapsed):
-            index = self.chaos_node if self.chaos_node is not None else len(nodes) - 1
-            victim = nodes[min(index, len(nodes) - 1)]
-            reclaim_at = self.provider.preempt(victim)
-            self.state.chaos_fired = self.chaos.fired
-            self.events.emit("chaos", node=victim.id, scheduled_s=round(due, 3), elapsed_s=round(elapsed, 3),
-                             reclaim_at=self.clock.sim(reclaim_at))
-            self.save()
-            return
+        due = self.chaos.next_due(elapsed)
+        if due is None:
+            return False
+        index = self.chaos_node if self.chaos_node is not None else len(nodes) - 1
+        victim = nodes[min(index, len(nodes) - 1)]
+        reclaim_at = self.provider.preempt(victim)
+        self.state.chaos_fired = self.chaos.fired
+        self.events.emit("chaos", node=victim.id, scheduled_s=round(due, 3), elapsed_s=round(elapsed, 3),
+                         reclaim_at=self.clock.sim(reclaim_at))
+        self.save()
+        return True
 
     def _heartbeat(self, record: LaunchRecord, nodes: list[Node]) -> bool:
         """Bill the nodes up to now, send due alerts, refresh the display; True = stop for the budget."""
@@ -493,12 +505,14 @@ class Controller:
 
     # -- after a launch -------------------------------------------------------------------
     def _classify(self, record: LaunchRecord, statuses, *, reclaimed: bool, budget_stop: bool,
-                  notice: tuple[Node, Notice] | None) -> _LaunchEnd:
+                  notice: tuple[Node, Notice] | None, failure: str | None = None) -> _LaunchEnd:
         status = self._status(record.launch_id)
         committed = self.store.latest_step() or 0
         record.end_step = committed
         self.state.steps = committed
-        if status is not None and status.state == "completed" and all(s.returncode == 0 for s in statuses):
+        if failure is not None:
+            outcome, reason = contract.Outcome.FAILED, failure
+        elif status is not None and status.state == "completed" and all(s.returncode == 0 for s in statuses):
             outcome, reason = contract.Outcome.COMPLETED, "training completed"
         elif status is not None and status.state == "preempted":
             outcome, reason = contract.Outcome.PREEMPTED, status.reason or "stopped"
@@ -513,7 +527,8 @@ class Controller:
         record.outcome = outcome.value
         record.reason = reason
         self.events.emit("launch_end", launch=record.launch_id, outcome=outcome.value, reason=reason,
-                         committed_step=committed, reached_step=reached, lost_steps=lost)
+                         committed_step=committed, reached_step=reached, lost_steps=lost,
+                         nodes={st.node_id: st.state.value for st in statuses})
         if outcome is contract.Outcome.PREEMPTED and not budget_stop:
             self.state.lost_steps += lost
         self.save()
@@ -594,10 +609,8 @@ class Controller:
                              reason="controller restart", started=interval.start, hourly_usd=interval.hourly_usd)
         record.released_at = end
         self.state.active = False
-        missed = self.chaos.due(time.time() - self.state.origin)
-        self.state.chaos_fired = self.chaos.fired
         status = self._status(record.launch_id)
-        self.events.emit("recovered", launch=record.launch_id, stale_nodes=stale, missed_chaos=len(missed),
+        self.events.emit("recovered", launch=record.launch_id, stale_nodes=stale,
                          worker_state=status.state if status else None)
         record.end_step = self.store.latest_step() or 0
         self.state.steps = record.end_step

@@ -242,7 +242,7 @@ def build_summary(state: RunState, job: JobSpec, ledger: Ledger, store: Checkpoi
     pools = [
         {"pool": spend.pool, "purchase": spend.purchase, "hours": round(hours_by_pool.get((spend.pool, spend.purchase),
                                                                                           0.0), 6),
-         "node_hours": round(spend.node_hours, 6), "cost_usd": round(spend.usd, 6)}
+         "node_hours": spend.node_hours, "cost_usd": spend.usd}
         for spend in ledger.by_pool()
     ]
     latest = store.latest_step()
@@ -264,7 +264,7 @@ def build_summary(state: RunState, job: JobSpec, ledger: Ledger, store: Checkpoi
         "replans": state.replans,
         "failures": state.failures,
         "lost_steps": state.lost_steps,
-        "cost_usd": round(ledger.total_usd(), 6),
+        "cost_usd": ledger.total_usd(),
         "hours": round((end - clock.origin) / 3600, 6),
         "time_scale": state.time_scale,
         "budget_usd": job.constraints.budget_usd,

@@ -74,10 +74,12 @@ def test_real_trace_replays(tmp_path: Path) -> None:
     assert spec.trace_offsets and all(t % 195 == 0 for t in spec.trace_offsets)
 
 
-def test_clock_hands_out_each_time_once() -> None:
+def test_clock_hands_out_each_time_once_in_order() -> None:
     clock = ChaosClock((5.0, 10.0, 30.0))
-    assert clock.due(4) == []
-    assert clock.due(12) == [5.0, 10.0]
-    assert clock.due(12) == []
+    assert clock.next_due(4) is None
+    assert clock.next_due(12) == 5.0
+    assert clock.next_due(12) == 10.0
+    assert clock.next_due(12) is None
     restored = ChaosClock((5.0, 10.0, 30.0), fired=clock.fired)
-    assert restored.due(31) == [30.0]
+    assert restored.next_due(31) == 30.0
+    assert restored.next_due(1e9) is None

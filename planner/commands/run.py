@@ -1,0 +1,188 @@
+"""`planner run JOB`: execute a plan, survive preemptions, account every dollar.
+
+The runtime is imported lazily (inside :func:`handle`), so `planner quote` and
+`planner --help` never pay for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from planner.job import load_job
+
+EXIT_NOT_COMPLETED = 1
+
+_SHOWN = {
+    "plan": "plan: {pool} (expected ${expected_cost_usd:.2f}, {expected_hours:.2f} h)",
+    "decision": "policy {policy}: {target} -- {reason}",
+    "replan": "re-plan ({reason}): {pool}",
+    "launch": "launch {launch}: {pool}, world size {world_size}, from step {start_step}",
+    "training": "launch {launch}: training from step {step}",
+    "chaos": "chaos: reclaiming {node}",
+    "notice": "notice on {node}: {cloud} {kind} ({detail})",
+    "checkpoint_request": "asked the workers to {action}: {reason}",
+    "launch_end": "launch {launch}: {outcome} at step {committed_step} ({reason}; {lost_steps} steps lost)",
+    "preemption": "preempted: {pool} cools down; interruption estimate {prior_rate}/h -> {interruption_rate}/h",
+    "failure": "failure {failures} of {max_restarts} allowed: {cause}",
+    "budget_cap": "budget cap: {reason}",
+    "recovered": "recovered after a controller restart: released {stale_nodes}",
+    "run_end": "run ended: {status}",
+}
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="run a job: provision its plan, train under torchrun, recover from preemptions",
+        description=(
+            "Quote the job (or take --plan), provision the chosen pool, run the training under torchrun on "
+            "every node and follow it: on an interruption notice the workers checkpoint at once, the node is "
+            "released and the job is re-planned with the work, budget and deadline that remain. Everything is "
+            "recorded in the run directory (events.jsonl, ledger.sqlite, state.json, summary.json); "
+            "`planner run --resume DIR` continues a run whose controller was killed. See docs/run.md."
+        ),
+    )
+    p.add_argument("job", metavar="JOB", nargs="?", help="path of the job.toml file (omit with --resume)")
+    p.add_argument("--plan", metavar="PLAN.json", help="follow this plan (`planner quote --json` output)")
+    p.add_argument("--run-dir", metavar="DIR", help="where the run keeps its files (default runs/<job>-<time>)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR after the controller died")
+    p.add_argument("--provider", choices=("local", "aws", "gcp", "azure"),
+                   help="where nodes come from (default: the job's [run].provider)")
+    p.add_argument("--chaos", metavar="SPEC", action="append", default=[],
+                   help="inject preemptions (local provider): at=20s,45s; rate=1/5m; trace=PATH; notice=gcp; "
+                        "seed=N; node=I -- clauses separated by ';', the flag may repeat")
+    p.add_argument("--time-scale", type=_positive, default=1.0, metavar="FACTOR",
+                   help="simulated seconds per real second for billing, deadlines and notice lead times "
+                        "(local provider; default 1)")
+    p.add_argument("--policy", default="danlu", choices=("on_demand", "greedy", "uniform_progress", "danlu"),
+                   help="spot/on-demand switching policy after a preemption (default danlu)")
+    p.add_argument("--catalog", metavar="PATH", help="price catalog, as for `planner quote`")
+    p.add_argument("--cooldown", type=_positive, default=30.0, metavar="MINUTES",
+                   help="simulated minutes a preempted spot pool is left out of re-plans (default 30)")
+    p.add_argument("--rdzv-timeout", type=_positive, default=60.0, metavar="SECONDS",
+                   help="how long nodes wait for each other at rendezvous (default 60)")
+    p.add_argument("--json", action="store_true", help="print summary.json at the end instead of a table")
+    p.set_defaults(handler=handle)
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be greater than 0")
+    return value
+
+
+def handle(args: argparse.Namespace, console: Console) -> int:
+    from runtime.chaos import parse_chaos
+    from runtime.controller import Controller, Tuning
+    from runtime.errors import RuntimeFailure
+    from runtime.run_state import new_state
+
+    tuning = Tuning(cooldown_minutes=args.cooldown, rdzv_timeout_s=args.rdzv_timeout)
+    if args.resume:
+        if args.job or args.plan or args.chaos:
+            raise RuntimeFailure("--resume continues a run as it was started; do not pass JOB, --plan or --chaos")
+        run_dir = Path(args.resume)
+    else:
+        if not args.job:
+            raise RuntimeFailure("give a JOB file to run, or --resume RUN_DIR")
+        job = load_job(args.job)
+        provider = args.provider or job.run.provider
+        if provider != "local":
+            raise RuntimeFailure(
+                f"provider {provider!r} is not available in this version; only the local provider runs jobs. "
+                "To fix: pass --provider local (or set [run].provider = \"local\")."
+            )
+        parse_chaos(args.chaos)  # a bad spec fails before anything starts
+        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        run_dir = Path(args.run_dir or f"runs/{job.name}-{stamp}")
+        new_state(job_path=Path(args.job), job=job, run_dir=run_dir, catalog=args.catalog, provider=provider,
+                  time_scale=args.time_scale, policy=args.policy, chaos=args.chaos,
+                  plan_path=Path(args.plan) if args.plan else None)
+    console.print(f"run directory: {run_dir}")
+    view = _View(console)
+    controller = Controller.open(run_dir, tuning=tuning, on_event=view.event, on_progress=view.progress)
+    with view:
+        summary = controller.run()
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        _render_summary(summary, console)
+    return 0 if summary["status"] == "completed" else EXIT_NOT_COMPLETED
+
+
+class _View:
+    """Event lines always; a live status table when the console is a terminal."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.live = Live(console=console, refresh_per_second=4, transient=True) if console.is_terminal else None
+
+    def __enter__(self) -> _View:
+        if self.live is not None:
+            self.live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+    def event(self, record: dict[str, Any]) -> None:
+        template = _SHOWN.get(record["event"])
+        if template is None:
+            return
+        try:
+            text = template.format(**record)
+        except (KeyError, ValueError):
+            text = f"{record['event']}: {record}"
+        when = dt.datetime.fromtimestamp(record["t"], dt.timezone.utc).strftime("%H:%M:%S")
+        self.console.print(f"[dim]{when}[/] {text}", markup=True, highlight=False)
+
+    def progress(self, p: Any) -> None:
+        if self.live is None:
+            return
+        table = Table.grid(padding=(0, 2))
+        done = p.work_done / p.work_total if p.work_total else 0.0
+        table.add_row("work", f"{p.work_done:,.0f} / {p.work_total:,.0f} {p.unit} ({done:.0%})")
+        if p.units_per_hour:
+            table.add_row("throughput", f"{p.units_per_hour:,.1f} {p.unit}/h")
+        spend = f"${p.spent_usd:,.4f}"
+        if p.forecast_usd is not None:
+            spend += f", forecast ${p.forecast_usd:,.4f}"
+        if p.budget_usd:
+            spend += f" of ${p.budget_usd:,.2f}"
+        table.add_row("spend", spend)
+        if p.eta is not None:
+            eta = f"{(p.eta - p.now) / 3600:.2f} h"
+            if p.deadline_at is not None:
+                eta += f" (deadline in {(p.deadline_at - p.now) / 3600:.2f} h)"
+            table.add_row("ETA", eta)
+        table.add_row("pool", f"{p.pool} [{p.launch}, {p.state}]")
+        self.live.update(table)
+
+
+def _render_summary(summary: dict[str, Any], console: Console) -> None:
+    table = Table(title=f"{summary['job']}: {summary['status']}", title_justify="left")
+    for col in ("pool", "purchase", "hours", "node-hours", "cost"):
+        table.add_column(col, justify="left" if col in ("pool", "purchase") else "right")
+    for pool in summary["pools"]:
+        table.add_row(pool["pool"], pool["purchase"], f"{pool['hours']:.3f}", f"{pool['node_hours']:.3f}",
+                      f"${pool['cost_usd']:,.4f}")
+    console.print(table)
+    console.print(
+        f"work {summary['work_done']:,.0f}/{summary['work_total']:,.0f} {summary['unit']}, "
+        f"{summary['preemptions']} preemptions, {summary['replans']} re-plans, {summary['lost_steps']} steps lost, "
+        f"${summary['cost_usd']:,.4f} in {summary['hours']:.3f} h; world sizes {summary['world_sizes']}"
+    )
+    if summary.get("cause"):
+        console.print(f"cause: {summary['cause']}")
+    if summary.get("final_checkpoint"):
+        console.print(f"final checkpoint: {summary['final_checkpoint']}")

@@ -1,0 +1,116 @@
+"""Job files, a three-cloud catalog and process checks for the `planner run` tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+DIGITS = REPO / "examples" / "train_digits.py"
+
+# Four T4 spot pools in three clouds, cheapest first: a re-plan after each preemption
+# moves to the next one (the preempted pool cools down), so each cloud's notice
+# protocol is exercised in turn. Prices are per node-hour.
+CATALOG_ROWS = [
+    ("aws", "us-east-1", "use1-az1", "g4dn.xlarge", 0.526, 0.16),
+    ("gcp", "us-central1", "us-central1-a", "n1-standard-4-t4", 0.55, 0.18),
+    ("azure", "eastus", "", "Standard_NC4as_T4_v3", 0.60, 0.20),
+    ("aws", "us-east-1", "use1-az2", "g4dn.xlarge", 0.526, 0.24),
+]
+HEADER = ("cloud,region,zone,instance_type,gpu,gpus_per_node,gpu_memory_gb,vcpus,memory_gb,on_demand,spot,"
+          "reserved_1y,reserved_3y,interruption_rate,interruption_bucket,as_of,source")
+
+
+def write_catalog(path: Path, rows=CATALOG_ROWS) -> Path:
+    lines = [HEADER] + [
+        f"{cloud},{region},{zone},{itype},T4,1,16,4,16,{od},{spot},,,0.5,,2026-11-30,test catalog"
+        for cloud, region, zone, itype, od, spot in rows
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def write_job(
+    path: Path, *, entrypoint: list[str], steps: int = 300, nproc: int = 2, deadline_hours: float = 1.5,
+    budget_usd: float = 5.0, speed: float = 0.85, max_restarts: int = 1, restart_minutes: float = 5.0,
+    allow: tuple[str, ...] = ("spot", "on_demand"), extra: str = "",
+) -> Path:
+    path.write_text(f"""
+name = "digits-test"
+
+[workload]
+steps = {steps}
+checkpoint_gb = 0.001
+
+[workload.throughput]
+T4 = {speed}
+
+[constraints]
+deadline_hours = {deadline_hours}
+budget_usd = {budget_usd}
+max_nodes = 1
+
+[purchase]
+allow = {json.dumps(list(allow))}
+
+[overheads]
+restart_minutes = {restart_minutes}
+
+[run]
+entrypoint = {json.dumps(entrypoint)}
+provider = "local"
+nproc_per_node = {nproc}
+max_restarts = {max_restarts}
+{extra}
+""")
+    return path
+
+
+def digits_entrypoint(steps: int) -> list[str]:
+    return [sys.executable, str(DIGITS), "--steps", str(steps), "--log-every", "100"]
+
+
+def processes_of(marker: str) -> list[int]:
+    """Live processes whose environment mentions ``marker`` (a run directory path)."""
+    found = []
+    needle = marker.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes():
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def final_tensors(checkpoint_dir: Path) -> dict[str, Any]:
+    """Model and optimizer tensors of the newest committed checkpoint, read with DCP.
+
+    Incremental checkpoints keep unchanged tensors in the step directory that first
+    held them (their *home*, in the manifest), so each is read from there.
+    """
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+
+    steps = sorted(int(p.name[5:]) for p in checkpoint_dir.glob("step-*") if (p / "manifest.json").exists())
+    manifest = json.loads((checkpoint_dir / f"step-{steps[-1]}" / "manifest.json").read_text())
+    homes: dict[int, list[str]] = {}
+    for key, record in manifest["tensors"].items():
+        if key.startswith(("model/", "optim/")):
+            homes.setdefault(record["home"], []).append(key)
+    tensors: dict[str, Any] = {}
+    for home, keys in homes.items():
+        reader = FileSystemReader(str(checkpoint_dir / f"step-{home}"))
+        meta = reader.read_metadata().state_dict_metadata
+        part = {k: torch.empty(meta[k].size, dtype=meta[k].properties.dtype) for k in keys}
+        dcp.load(part, storage_reader=reader, no_dist=True)
+        tensors.update(part)
+    return tensors
