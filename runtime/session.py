@@ -451,7 +451,9 @@ class Session:
                 "global batch changed from %d to %d at step %d; adjust the learning rate if needed",
                 manifest.global_batch, self.global_batch, value,
             )
-        log.info("resumed from %s (step %d, %d samples seen)", self.store.url(value), self.global_step, self.samples_seen)
+        log.info(
+            "resumed from %s (step %d, %d samples seen)", self.store.url(value), self.global_step, self.samples_seen
+        )
         previous = contract.read_status(self.run_dir) if self.rank == 0 else None
         ids = [manifest.request_id, previous.request_id if previous is not None else None]
         return tuple(i for i in ids if i)

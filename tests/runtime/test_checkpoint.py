@@ -57,7 +57,9 @@ def test_unchanged_tensors_are_not_rewritten(tmp_path: Path, group: dist.Process
     ckpt.close()
 
 
-def test_a_change_that_bypasses_autograd_versions_is_caught_by_the_hash(tmp_path: Path, group: dist.ProcessGroup) -> None:
+def test_a_change_that_bypasses_autograd_versions_is_caught_by_the_hash(
+    tmp_path: Path, group: dist.ProcessGroup
+) -> None:
     ckpt = Checkpointer(CheckpointStore(str(tmp_path)), rank=0, process_group=group)
     state = _state()
     ckpt.save(state, _info(1), block=True)

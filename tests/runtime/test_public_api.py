@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from ddp_launch import REPO_ROOT
 
 

@@ -11,7 +11,9 @@ from runtime.errors import CheckpointError
 from runtime.store import CheckpointStore, Manifest, TensorRecord
 
 
-def _fake_checkpoint(store: CheckpointStore, step: int, *, commit: bool = True, homes: dict[str, int] | None = None) -> None:
+def _fake_checkpoint(
+    store: CheckpointStore, step: int, *, commit: bool = True, homes: dict[str, int] | None = None
+) -> None:
     """A step directory laid out as DCP leaves it, with our manifest when committed."""
     base = store.url(step)
     store.fs.makedirs(base, exist_ok=True)
