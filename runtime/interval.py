@@ -17,23 +17,24 @@ from __future__ import annotations
 
 import math
 
+# The formulas live in the planner, so a quote and a run use the very same arithmetic.
+from planner import overhead
+
 
 def young_interval(C: float, M: float) -> float:
     """Young's first-order optimum ``sqrt(2 C M)``."""
     _check(C=C, M=M)
-    return math.sqrt(2.0 * C * M)
+    return overhead.young_interval(C, M)
 
 
 def daly_interval(C: float, M: float) -> float:
     """Daly's higher-order optimum.
 
-    ``sqrt(2CM) * (1 + sqrt(C/2M)/3 + (C/2M)/9) - C`` for ``C < 2M``, else ``M``.
+    ``sqrt(2CM) * (1 + sqrt(C/2M)/3 + (C/2M)/9) - C`` for ``C < 2M``, else ``M``; zero
+    when a checkpoint costs nothing.
     """
     _check(C=C, M=M)
-    if C >= 2.0 * M:
-        return M
-    ratio = C / (2.0 * M)
-    return math.sqrt(2.0 * C * M) * (1.0 + math.sqrt(ratio) / 3.0 + ratio / 9.0) - C
+    return overhead.daly_interval(C, M) if C > 0 else 0.0
 
 
 def expected_wall_time(T_s: float, tau: float, C: float, M: float, R: float) -> float:
@@ -44,7 +45,7 @@ def expected_wall_time(T_s: float, tau: float, C: float, M: float, R: float) -> 
     _check(C=C, M=M, R=R, T_s=T_s)
     if tau <= 0:
         raise ValueError(f"tau must be > 0 seconds, got {tau}")
-    return M * math.exp(R / M) * math.expm1((tau + C) / M) * T_s / tau
+    return overhead.expected_wall_factor(tau, C, M, R) * T_s
 
 
 def expected_overhead_fraction(tau: float, C: float, M: float, R: float) -> float:
