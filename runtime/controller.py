@@ -325,6 +325,8 @@ class Controller:
             self.events.emit("node_up", t=start, node=node.id, pool=pool.pool_id, purchase=pool.purchase,
                              hourly_usd=pool.hourly_usd, launch=launch_id)
         self.provider.wait_ready(nodes, timeout_s=self.tuning.rdzv_timeout_s)
+        # A request the last launch never acted on must not stop this one.
+        (self.work_dir / contract.CONTROL_FILE).unlink(missing_ok=True)
         rdzv_id = uuid.uuid4().hex
         nodes = self.provider.run(nodes, self._launch_spec(launch_id, rdzv_id, pool))
         record.nodes = [n.to_dict() for n in nodes]
@@ -422,6 +424,10 @@ class Controller:
         status = self._status(launch_id)
         return status is not None and status.state == "preempted"
 
+    def _ended(self, launch_id: str) -> bool:
+        status = self._status(launch_id)
+        return status is None or status.state != "running"
+
     def _request(self, action: contract.Action, reason: str) -> str:
         request = contract.request_checkpoint(self.work_dir / contract.CONTROL_FILE, action, reason=reason)
         self.events.emit("checkpoint_request", action=action, reason=reason, request=request.id)
@@ -494,14 +500,21 @@ class Controller:
         self.provider.terminate(nodes, grace_s=self.tuning.shutdown_timeout_s)
         end = self.clock.now()
         for node in nodes:
-            interval = self.ledger.close(IntervalKey(record.launch_id, node.id), end=end, reason=reason)
-            self.events.emit("node_down", t=interval.end, node=node.id, launch=record.launch_id, reason=reason,
-                             started=interval.start, hourly_usd=interval.hourly_usd)
+            self._stop_billing(record, node, end, reason)
         record.released_at = end
         self.state.active = False
         pool_id = record.pool_spec.pool_id
         self.state.pool_hours[pool_id] = self.state.pool_hours.get(pool_id, 0.0) + (end - record.provisioned_at) / 3600
         self.save()
+
+    def _stop_billing(self, record: LaunchRecord, node: Node, end: float, reason: str) -> None:
+        key = IntervalKey(record.launch_id, node.id)
+        before = self.ledger.get(key)
+        if before is None or not before.is_open:
+            return  # closed by a controller that died before saving its state: counted once
+        interval = self.ledger.close(key, end=end, reason=reason)
+        self.events.emit("node_down", t=interval.end, node=node.id, launch=record.launch_id, reason=reason,
+                         started=interval.start, hourly_usd=interval.hourly_usd)
 
     # -- after a launch -------------------------------------------------------------------
     def _classify(self, record: LaunchRecord, statuses, *, reclaimed: bool, budget_stop: bool,
@@ -601,12 +614,17 @@ class Controller:
         """After a controller crash: release the nodes it left, then carry on from the checkpoint."""
         record = self.state.current
         nodes = record.node_objects()
+        status = self._status(record.launch_id)
+        if status is not None and status.state == "running":
+            # The workers may have outlived the controller: ask for a checkpoint first.
+            self._request("stop", "controller restarted: checkpoint before the nodes are released")
+            deadline = time.monotonic() + self.tuning.shutdown_timeout_s
+            while time.monotonic() < deadline and not self._ended(record.launch_id):
+                time.sleep(self.tuning.poll_s)
         stale = self.provider.release_stale(nodes)
         end = self.clock.now()
         for node in nodes:
-            interval = self.ledger.close(IntervalKey(record.launch_id, node.id), end=end, reason="controller restart")
-            self.events.emit("node_down", t=interval.end, node=node.id, launch=record.launch_id,
-                             reason="controller restart", started=interval.start, hourly_usd=interval.hourly_usd)
+            self._stop_billing(record, node, end, "controller restart")
         record.released_at = end
         self.state.active = False
         status = self._status(record.launch_id)
