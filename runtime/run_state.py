@@ -89,7 +89,11 @@ class LaunchRecord:
                 continue
             if any("RendezvousTimeoutError" in line for line in lines):
                 return "; the rendezvous timed out (a node never joined)"
-            errors = [line.strip() for line in lines if "Error" in line or "error:" in line]
+            errors = [
+                line.strip() for line in lines
+                if ("Error" in line or "Exception" in line) and "torch.distributed.elastic" not in line
+                and "ChildFailedError" not in line and not line.lstrip().startswith(("File ", "raise "))
+            ]
             if errors:
                 return f"; {node['id']}: {errors[-1][:300]}"
         return ""

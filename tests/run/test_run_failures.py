@@ -1,0 +1,82 @@
+"""Failures that are not preemptions: bounded retries, stuck rendezvous, hung start-up."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from planner.cli import main
+from planner.job import load_job
+from runtime.controller import Controller, Tuning
+from runtime.events import read_events
+from runtime.run_state import new_state
+from tests.run.helpers import processes_of, write_catalog, write_job
+
+pytestmark = pytest.mark.ddp
+
+WORKERS = Path(__file__).parent / "workers"
+
+
+def _billed(events: list[dict]) -> float:
+    up = {e["node"]: e for e in events if e["event"] == "node_up"}
+    down = {e["node"]: e for e in events if e["event"] == "node_down"}
+    assert up.keys() == down.keys()
+    return sum((down[n]["t"] - up[n]["t"]) * up[n]["hourly_usd"] / 3600 for n in up)
+
+
+def _controller(tmp_path: Path, job_path: Path, tuning: Tuning, plan: dict | None = None) -> Controller:
+    catalog = write_catalog(tmp_path / "catalog.csv")
+    plan_path = None
+    if plan is not None:
+        plan_path = tmp_path / "plan.json"
+        plan_path.write_text(json.dumps(plan))
+    new_state(job_path=job_path, job=load_job(job_path), run_dir=tmp_path / "run", catalog=str(catalog),
+              provider="local", time_scale=30, policy="danlu", chaos=[], plan_path=plan_path)
+    return Controller.open(tmp_path / "run", tuning=tuning)
+
+
+def test_a_crashing_worker_is_retried_then_fails_the_run_with_its_cause(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "job.toml", entrypoint=[sys.executable, str(WORKERS / "crash.py")], nproc=1,
+                    max_restarts=1)
+    catalog = write_catalog(tmp_path / "catalog.csv")
+    rc = main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(tmp_path / "run"),
+               "--time-scale", "30"])
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert rc == 1
+    assert summary["status"] == "failed" and summary["failures"] == 2
+    assert "simulated worker crash" in summary["cause"] and "max_restarts" in summary["cause"]
+    assert [launch["outcome"] for launch in summary["launches"]] == ["failed", "failed"]
+    assert summary["preemptions"] == 0 and summary["replans"] == 0  # a crash is not a capacity loss
+    events = read_events(tmp_path / "run" / "events.jsonl")
+    assert [e["failures"] for e in events if e["event"] == "failure"] == [1, 2]
+    assert summary["cost_usd"] == pytest.approx(_billed(events), rel=1e-9)
+    assert processes_of(str(tmp_path / "run")) == []
+
+
+def test_a_node_that_never_joins_times_the_rendezvous_out(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "job.toml", entrypoint=[sys.executable, str(WORKERS / "sleeper.py")], nproc=1,
+                    max_restarts=0)
+    plan = {"plan": {"phases": [{"cloud": "aws", "region": "us-east-1", "zone": "use1-az1",
+                                 "instance_type": "g4dn.xlarge", "gpu": "T4", "gpus_per_node": 1, "nodes": 2,
+                                 "purchase": "spot", "hourly_usd": 0.16}]}}
+    controller = _controller(tmp_path, job, Tuning(hold_nodes=(1,), rdzv_timeout_s=2, startup_grace_s=30), plan)
+    summary = controller.run()
+    assert summary["status"] == "failed"
+    assert "rendezvous timed out" in summary["cause"]
+    assert summary["launches"][0]["nodes"] == 2
+    assert processes_of(str(tmp_path / "run")) == []
+
+
+def test_a_launch_that_never_starts_training_is_a_failure(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "job.toml", entrypoint=[sys.executable, str(WORKERS / "sleeper.py")], nproc=1,
+                    max_restarts=0)
+    controller = _controller(tmp_path, job, Tuning(rdzv_timeout_s=1, startup_grace_s=3))
+    summary = controller.run()
+    assert summary["status"] == "failed"
+    assert "did not start training within 4s" in summary["cause"]
+    events = read_events(tmp_path / "run" / "events.jsonl")
+    assert summary["cost_usd"] == pytest.approx(_billed(events), rel=1e-9)
+    assert processes_of(str(tmp_path / "run")) == []
