@@ -1,0 +1,126 @@
+"""The run directory's files: state round trip, event log, plan files, CLI refusals (no processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from planner.cli import main
+from planner.job import load_job
+from runtime.events import EventLog, read_events
+from runtime.run_state import (
+    LaunchRecord,
+    RunStateError,
+    SimClock,
+    load_state,
+    new_state,
+    plan_pool,
+    save_state,
+)
+from tests.run.helpers import write_catalog, write_job
+
+
+def _state(tmp_path: Path, **changes):
+    job_path = write_job(tmp_path / "job.toml", entrypoint=["python", "train.py"], **changes)
+    return new_state(job_path=job_path, job=load_job(job_path), run_dir=tmp_path / "run", catalog=None,
+                     provider="local", time_scale=60, policy="danlu", chaos=["at=20s"])
+
+
+def test_sim_clock_scales_from_its_origin() -> None:
+    clock = SimClock(origin=1000.0, scale=60)
+    assert clock.sim(1000.0) == 1000.0
+    assert clock.sim(1010.0) == 1600.0
+    assert clock.real_seconds(120) == 2
+
+
+def test_state_round_trips_through_the_file(tmp_path: Path) -> None:
+    state = _state(tmp_path)
+    state.launches.append(LaunchRecord("l-1", {"cloud": "aws"}, 2, 0, 5.0, nodes=[{"id": "l-1-n0"}]))
+    state.cooling["aws:x:y"] = 12.5
+    save_state(tmp_path / "run", state)
+    loaded = load_state(tmp_path / "run")
+    assert loaded == state
+    assert (tmp_path / "run" / "state.json").stat().st_mode & 0o777 == 0o644
+    assert loaded.checkpoint_dir == str((tmp_path / "run" / "ckpt").resolve())
+
+
+def test_a_run_directory_is_never_started_twice(tmp_path: Path) -> None:
+    _state(tmp_path)
+    with pytest.raises(RunStateError, match="--resume"):
+        _state(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("", "no run state here"), ("{nope", "not a run state"), ('{"format": 9}', "state format 9")],
+)
+def test_unreadable_states_say_what_to_do(tmp_path: Path, text: str, message: str) -> None:
+    if text:
+        (tmp_path / "state.json").write_text(text)
+    with pytest.raises(RunStateError, match=message):
+        load_state(tmp_path)
+
+
+def test_jobs_planner_run_cannot_follow_are_refused(tmp_path: Path) -> None:
+    job_path = write_job(tmp_path / "job.toml", entrypoint=[])
+    with pytest.raises(RunStateError, match="run.entrypoint is empty"):
+        new_state(job_path=job_path, job=load_job(job_path), run_dir=tmp_path / "run", catalog=None,
+                  provider="local", time_scale=1, policy="danlu", chaos=[])
+
+
+def test_plan_files_name_the_missing_key() -> None:
+    with pytest.raises(RunStateError, match="plan.phases"):
+        plan_pool({"plan": {"phases": []}}, source="plan.json")
+    with pytest.raises(RunStateError, match="'nodes'"):
+        plan_pool({"phases": [{"cloud": "aws", "region": "r", "instance_type": "t", "gpu": "T4",
+                               "gpus_per_node": 1, "purchase": "spot", "hourly_usd": 1}]}, source="plan.json")
+    pool = plan_pool({"plan": {"phases": [{"cloud": "aws", "region": "r", "zone": "z", "instance_type": "t",
+                                           "gpu": "T4", "gpus_per_node": 1, "nodes": 2, "purchase": "spot",
+                                           "hourly_usd": 1.5}]}}, source="plan.json")
+    assert pool.pool_id == "aws:r/z:t" and pool.nodes == 2
+
+
+def test_event_log_survives_a_torn_last_line(tmp_path: Path) -> None:
+    log = EventLog(tmp_path, clock=lambda: 100.0)
+    log.emit("run_started", job="x")
+    log.close()
+    with (tmp_path / "events.jsonl").open("a") as f:
+        f.write('{"seq": 1, "event": "node_u')  # SIGKILL mid-write
+    assert [e["event"] for e in read_events(tmp_path / "events.jsonl")] == ["run_started"]
+    log = EventLog(tmp_path, clock=lambda: 200.0)
+    record = log.emit("run_resumed", t=150.0)
+    log.close()
+    events = read_events(tmp_path / "events.jsonl")
+    assert [e["event"] for e in events] == ["run_started", "run_resumed"]
+    assert record["seq"] == 1 and events[-1]["t"] == 150.0 and events[0]["t"] == 100.0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--provider", "aws"], "only the local provider"),
+        (["--chaos", "when=3s"], "--chaos"),
+        (["--chaos", "at=soon"], "not a duration"),
+    ],
+)
+def test_cli_refuses_bad_options_before_starting(tmp_path: Path, capsys, argv: list[str], message: str) -> None:
+    job = write_job(tmp_path / "job.toml", entrypoint=["python", "train.py"])
+    assert main(["run", str(job), "--run-dir", str(tmp_path / "run"), *argv]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_infeasible_job_ends_without_launching(tmp_path: Path, capsys) -> None:
+    catalog = write_catalog(tmp_path / "catalog.csv")
+    job = write_job(tmp_path / "job.toml", entrypoint=["python", "train.py"], budget_usd=0.0001)
+    run_dir = tmp_path / "run"
+    assert main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(run_dir), "--json"]) == 1
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "infeasible" and "no plan fits" in summary["cause"]
+    assert summary["launches"] == [] and summary["cost_usd"] == 0
+    out = capsys.readouterr().out
+    assert json.loads(out[out.index("\n{\n") + 1:]) == summary
+    assert oct(os.stat(run_dir / "summary.json").st_mode & 0o777) == "0o644"
