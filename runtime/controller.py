@@ -23,6 +23,7 @@ released -- by pid, never by name -- before the controller moves on or exits.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -49,18 +50,17 @@ from runtime.providers.local import LocalProvider
 from runtime.replan import (
     Measured,
     ReplanRequest,
-    config_rate,
     decide,
     pool_interruption_rate,
-    raised_rate,
     replan,
 )
 from runtime.run_state import (
-    RunStateError,
-    load_state,
     LaunchRecord,
+    Progress,
     RunState,
+    RunStateError,
     build_summary,
+    load_state,
     save_state,
     units_per_step,
     work_done_units,
@@ -84,25 +84,6 @@ class Tuning:
     cooldown_minutes: float = 30.0
     startup_grace_s: float = 120.0
     hold_nodes: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    """What the terminal shows, refreshed while a launch runs (times are simulated)."""
-
-    work_done: float
-    work_total: float
-    unit: str
-    units_per_hour: float | None
-    spent_usd: float
-    forecast_usd: float | None
-    budget_usd: float | None
-    eta: float | None
-    deadline_at: float | None
-    now: float
-    pool: str
-    launch: str
-    state: str
 
 
 @dataclass(slots=True)
@@ -219,25 +200,19 @@ class Controller:
                         [alerts.RunEnded(outcome, detail)], now=self.clock.now())
 
     # -- choosing where to run -------------------------------------------------------------
-    def _rate(self, pool: PoolSpec) -> float:
-        measured = self.state.measured
-        if measured and measured["gpu"] == pool.gpu and measured["gpus"] == pool.nodes * pool.gpus_per_node:
-            return measured["units"] / measured["hours"]
-        return config_rate(self.job, pool) or 1.0
-
     def _choose_pool(self, *, preempted: str | None, reason: str) -> None:
         """Pick the next pool: the policy says spot or on-demand, the planner says which."""
         done = work_done_units(self.job, self.store)
         total = self.job.workload.amount
         previous = PoolSpec.from_dict(self.state.pool) if self.state.pool else None
         now = self.clock.now()
-        cooling = frozenset(p for p, until in self.state.cooling.items() if until > now)
+        cooling = self.state.cooling_at(now)
         purchase: tuple[str, ...] | None = None
         if self.state.launches:
             last_pool = previous or self.state.launches[-1].pool_spec
             decision = decide(
                 self.policy, job=self.job, catalog=self.catalog, elapsed_hours=self.clock.elapsed_hours(),
-                work_done=done, work_total=total, rate_per_hour=self._rate(last_pool), cooling=cooling,
+                work_done=done, work_total=total, rate_per_hour=self.state.rate(self.job, last_pool), cooling=cooling,
                 preempted=preempted, memory=PolicyMemory.from_dict(self.state.policy_memory), tick_hours=TICK_HOURS,
             )
             self.state.policy_memory = decision.memory.to_dict()
@@ -245,7 +220,6 @@ class Controller:
                              trigger=reason)
             if decision.target is None:
                 time.sleep(self.clock.real_seconds(TICK_HOURS * 3600))  # wait one tick for spot to come back
-                self._check_deadline()
                 return
             if decision.target == ON_DEMAND and "on_demand" in self.job.purchase.allow:
                 purchase = ("on_demand",)
@@ -291,18 +265,15 @@ class Controller:
         result = replan(request)
         note = ""
         if result.plan is None and request.hours_left is not None and request.budget_left_usd != 0:
-            late = replan(ReplanRequest(**{**_fields(request), "hours_left": None}))
+            late = replan(dataclasses.replace(request, hours_left=None))
             if late.plan is not None:
-                result, note = late, f"the deadline can no longer be met ({result.reason}); finishing as cheaply as possible"
+                note = f"the deadline can no longer be met ({result.reason}); finishing as cheaply as possible"
+                result = late
         if result.plan is None:
             self.events.emit("replan", reason=result.reason, pool=None, pool_changed=False)
             self._finish("infeasible", result.reason)
             return None
         return result.plan, result.pool, note
-
-    def _check_deadline(self) -> None:
-        if self.deadline_at is not None and self.clock.now() > self.deadline_at + 86400 * 7:
-            self._finish("deadline", "waited a week past the deadline for spot capacity")
 
     # -- launching ------------------------------------------------------------------------
     def _launch_and_follow(self) -> _LaunchEnd:
@@ -391,7 +362,7 @@ class Controller:
                 if self._heartbeat(record, nodes) and stop_sent is None:
                     budget_stop = True
                     stop_sent = self._request("stop", "budget cap: checkpoint and stop before overspending")
-            if stop_sent is not None and self._checkpointed(record.launch_id):
+            if stop_sent is not None and self._worker_state(record.launch_id) == "preempted":
                 break  # the checkpoint is committed: release now rather than pay for the workers' teardown
             ended = any(st.state in (NodeState.EXITED, NodeState.RECLAIMED) for st in statuses)
             running = any(st.state is NodeState.RUNNING for st in statuses)
@@ -420,13 +391,9 @@ class Controller:
             return None
         return status if status is not None and status.attempt == launch_id else None
 
-    def _checkpointed(self, launch_id: str) -> bool:
+    def _worker_state(self, launch_id: str) -> str | None:
         status = self._status(launch_id)
-        return status is not None and status.state == "preempted"
-
-    def _ended(self, launch_id: str) -> bool:
-        status = self._status(launch_id)
-        return status is None or status.state != "running"
+        return status.state if status is not None else None
 
     def _request(self, action: contract.Action, reason: str) -> str:
         request = contract.request_checkpoint(self.work_dir / contract.CONTROL_FILE, action, reason=reason)
@@ -478,7 +445,7 @@ class Controller:
             return None
         pool = PoolSpec.from_dict(self.state.pool)
         left = max(self.job.workload.amount - work_done_units(self.job, self.store), 0.0)
-        hours = left / self._rate(pool)
+        hours = left / self.state.rate(self.job, pool)
         return forecast.forecast(self.ledger.total_usd(now), hours, pool.hourly_usd * pool.nodes, at=now,
                                  budget_usd=self.job.constraints.budget_usd, deadline_at=self.deadline_at)
 
@@ -486,7 +453,8 @@ class Controller:
         pool = record.pool_spec
         return Progress(
             work_done=work_done_units(self.job, self.store), work_total=self.job.workload.amount,
-            unit=self.job.workload.unit, units_per_hour=self._rate(pool), spent_usd=self.ledger.total_usd(self.clock.now()),
+            unit=self.job.workload.unit, units_per_hour=self.state.rate(self.job, pool),
+            spent_usd=self.ledger.total_usd(self.clock.now()),
             forecast_usd=fc.total_usd if fc else None, budget_usd=self.job.constraints.budget_usd,
             eta=fc.expected_end if fc else None, deadline_at=self.deadline_at, now=self.clock.now(),
             pool=pool.label(), launch=record.launch_id,
@@ -553,7 +521,7 @@ class Controller:
             return record.start_step
         hours = (record.released_at - record.training_at) / 3600
         per_step = units_per_step(self.job, self.store)
-        return record.training_step + int(hours * self._rate(record.pool_spec) / per_step)
+        return record.training_step + int(hours * self.state.rate(self.job, record.pool_spec) / per_step)
 
     def _measure(self, record: LaunchRecord, status: contract.RunStatus | None) -> None:
         if record.training_at is None or record.training_step is None or status is None or status.state == "running":
@@ -562,14 +530,9 @@ class Controller:
         hours = (self.clock.sim(status.updated_at) - record.training_at) / 3600
         if steps <= 0 or hours <= 0:
             return
-        pool = record.pool_spec
-        gpus = pool.nodes * pool.gpus_per_node
         units = steps * units_per_step(self.job, self.store)
-        m = self.state.measured
-        if m and m["gpu"] == pool.gpu and m["gpus"] == gpus:
-            units, hours = units + m["units"], hours + m["hours"]
-        self.state.measured = {"gpu": pool.gpu, "gpus": gpus, "units": units, "hours": hours}
-        self.events.emit("throughput", gpu=pool.gpu, gpus=gpus, units_per_hour=round(units / hours, 4),
+        rate = self.state.learn_throughput(record.pool_spec, units, hours)
+        self.events.emit("throughput", gpu=record.pool_spec.gpu, units_per_hour=round(rate, 4),
                          unit=self.job.workload.unit)
 
     def _after(self, end: _LaunchEnd) -> None:
@@ -594,15 +557,10 @@ class Controller:
                 self.save()  # retry on the same pool
 
     def _preempted(self, pool: PoolSpec, record: LaunchRecord) -> None:
-        self.state.preemptions += 1
-        pid = pool.pool_id
-        count = self.state.pool_preemptions.get(pid, 0) + 1
-        self.state.pool_preemptions[pid] = count
         now = self.clock.now()
-        self.state.cooling[pid] = now + self.tuning.cooldown_minutes * 60
         prior = pool_interruption_rate(self.catalog, pool) or risk.OVER_20_RATE
-        exposed = self.state.pool_hours.get(pid, 0.0)
-        self.state.rates[pid] = raised_rate(prior, preemptions=count, exposed_hours=exposed)
+        count = self.state.penalize(pool, prior_rate=prior, now=now, cooldown_s=self.tuning.cooldown_minutes * 60)
+        pid = pool.pool_id
         self.events.emit("preemption", launch=record.launch_id, pool=pid, count=count,
                          cooldown_until=self.state.cooling[pid], interruption_rate=round(self.state.rates[pid], 4),
                          prior_rate=round(prior, 4), step=record.end_step)
@@ -619,7 +577,7 @@ class Controller:
             # The workers may have outlived the controller: ask for a checkpoint first.
             self._request("stop", "controller restarted: checkpoint before the nodes are released")
             deadline = time.monotonic() + self.tuning.shutdown_timeout_s
-            while time.monotonic() < deadline and not self._ended(record.launch_id):
+            while time.monotonic() < deadline and self._worker_state(record.launch_id) == "running":
                 time.sleep(self.tuning.poll_s)
         stale = self.provider.release_stale(nodes)
         end = self.clock.now()
@@ -636,8 +594,3 @@ class Controller:
         self.save()
         if status is not None and status.state == "completed":
             self._finish("completed")
-
-
-
-def _fields(request: ReplanRequest) -> dict[str, Any]:
-    return {name: getattr(request, name) for name in request.__dataclass_fields__}

@@ -231,7 +231,8 @@ def decide(
         elapsed_hours=elapsed_hours, work_done_hours=work_done / rate_per_hour,
         job_hours=work_total / rate_per_hour, deadline_hours=deadline,
         restart_hours=job.overheads.restart_minutes / 60.0, tick_hours=tick_hours, current=None,
-        overhead_left_hours=0.0, spot_prices=prices, on_demand_price=on_demand_price, preempted=preempted, memory=memory,
+        overhead_left_hours=0.0, spot_prices=prices, on_demand_price=on_demand_price, preempted=preempted,
+        memory=memory,
     )
     return policy.decide(state)
 

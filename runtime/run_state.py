@@ -24,6 +24,7 @@ from runtime import atomic_file
 from runtime.errors import RuntimeFailure
 from runtime.ledger import Ledger
 from runtime.providers.base import Node, PoolSpec
+from runtime.replan import config_rate, raised_rate
 from runtime.store import CheckpointStore
 
 STATE_FILE = "state.json"
@@ -53,6 +54,25 @@ class SimClock:
 
     def real_seconds(self, sim_seconds: float) -> float:
         return sim_seconds / self.scale
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What the terminal shows, refreshed while a launch runs (times are simulated)."""
+
+    work_done: float
+    work_total: float
+    unit: str
+    units_per_hour: float | None
+    spent_usd: float
+    forecast_usd: float | None
+    budget_usd: float | None
+    eta: float | None
+    deadline_at: float | None
+    now: float
+    pool: str
+    launch: str
+    state: str
 
 
 @dataclass(slots=True)
@@ -136,6 +156,39 @@ class RunState:
     @property
     def clock(self) -> SimClock:
         return SimClock(self.origin, self.time_scale)
+
+    def rate(self, job: JobSpec, pool: PoolSpec) -> float:
+        """Work units per hour on ``pool``: as measured on the same GPUs, else the job's figures."""
+        m = self.measured
+        if m and m["gpu"] == pool.gpu and m["gpus"] == pool.nodes * pool.gpus_per_node:
+            return m["units"] / m["hours"]
+        return config_rate(job, pool) or 1.0
+
+    def learn_throughput(self, pool: PoolSpec, units: float, hours: float) -> float:
+        """Add a measurement (pooled with earlier ones on the same GPUs); returns units per hour."""
+        gpus = pool.nodes * pool.gpus_per_node
+        m = self.measured
+        if m and m["gpu"] == pool.gpu and m["gpus"] == gpus:
+            units, hours = units + m["units"], hours + m["hours"]
+        self.measured = {"gpu": pool.gpu, "gpus": gpus, "units": units, "hours": hours}
+        return units / hours
+
+    def penalize(self, pool: PoolSpec, *, prior_rate: float, now: float, cooldown_s: float) -> int:
+        """Count a preemption of ``pool``: cool it down and raise its interruption rate.
+
+        Returns how many times the pool has been preempted in this run.
+        """
+        pool_id = pool.pool_id
+        self.preemptions += 1
+        count = self.pool_preemptions.get(pool_id, 0) + 1
+        self.pool_preemptions[pool_id] = count
+        self.cooling[pool_id] = now + cooldown_s
+        exposed = self.pool_hours.get(pool_id, 0.0)
+        self.rates[pool_id] = raised_rate(prior_rate, preemptions=count, exposed_hours=exposed)
+        return count
+
+    def cooling_at(self, now: float) -> frozenset[str]:
+        return frozenset(p for p, until in self.cooling.items() if until > now)
 
     @property
     def current(self) -> LaunchRecord | None:

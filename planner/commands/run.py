@@ -143,7 +143,7 @@ class _View:
             text = template.format(**record)
         except (KeyError, ValueError):
             text = f"{record['event']}: {record}"
-        when = dt.datetime.fromtimestamp(record["t"], dt.timezone.utc).strftime("%H:%M:%S")
+        when = dt.datetime.fromtimestamp(record["t"], dt.UTC).strftime("%H:%M:%S")
         self.console.print(f"[dim]{when}[/] {text}", markup=True, highlight=False)
 
     def progress(self, p: Any) -> None:

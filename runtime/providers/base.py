@@ -38,7 +38,7 @@ class ProviderError(RuntimeFailure):
     """A provider could not provision, launch or release nodes."""
 
 
-class NodeState(str, enum.Enum):
+class NodeState(enum.StrEnum):
     """Where a node is in its lifecycle (see the module docstring)."""
 
     PENDING = "pending"
@@ -175,5 +175,6 @@ class Provider(abc.ABC):
     def release_stale(self, nodes: Sequence[Node]) -> list[str]:
         """Release nodes recorded by a controller that died; returns the ids still found running."""
 
+    @abc.abstractmethod
     def close(self) -> None:
-        """Release whatever the provider itself holds (threads, servers)."""
+        """Terminate every node still held and release the provider's own resources."""

@@ -72,7 +72,7 @@ def test_resume_after_sigkill_finishes_without_double_billing(tmp_path: Path) ->
         intervals = sorted(ledger.intervals(), key=lambda iv: iv.start)
         assert not ledger.open_intervals()
         assert [str(iv.key) for iv in intervals] == [f"l-{i}/l-{i}-n0/0" for i in range(1, len(intervals) + 1)]
-        for earlier, later in zip(intervals, intervals[1:]):
+        for earlier, later in zip(intervals, intervals[1:], strict=False):
             assert earlier.end <= later.start, "two launches billed for the same time"
         assert intervals[0].close_reason == "controller restart"
         killed_at = intervals[0].billed_until
