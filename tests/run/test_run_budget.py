@@ -1,0 +1,37 @@
+"""The hard budget cap: checkpoint and stop before the spend would pass budget_usd."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from planner.cli import main
+from runtime.events import read_events
+from tests.run.helpers import digits_entrypoint, processes_of, write_catalog, write_job
+
+pytestmark = pytest.mark.ddp
+
+
+def test_the_run_stops_after_a_checkpoint_before_overspending(tmp_path: Path) -> None:
+    catalog = write_catalog(tmp_path / "catalog.csv")
+    # The plan fits in $0.02, but what a launch costs before it trains, plus the reserve for a
+    # checkpoint and shutdown at 30x, does not: the controller must stop the run early.
+    job = write_job(tmp_path / "job.toml", entrypoint=digits_entrypoint(300), nproc=1, budget_usd=0.02)
+    run_dir = tmp_path / "run"
+    rc = main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(run_dir), "--time-scale", "30"])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert rc == 1
+    assert summary["status"] == "budget_cap", summary
+    assert summary["cost_usd"] <= 0.02
+    events = read_events(run_dir / "events.jsonl")
+    kinds = [e["event"] for e in events]
+    assert "budget_cap" in kinds and kinds.index("budget_cap") < kinds.index("launch_end")
+    stop = next(e for e in events if e["event"] == "checkpoint_request")
+    assert stop["action"] == "stop" and "budget" in stop["reason"]
+    end = next(e for e in events if e["event"] == "launch_end")
+    assert end["outcome"] == "preempted" and end["lost_steps"] == 0
+    assert summary["final_checkpoint"] is not None  # the work done so far is kept
+    assert (run_dir / "outbox" / "run-ended.eml").exists()
+    assert processes_of(str(run_dir)) == []
