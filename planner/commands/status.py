@@ -1,0 +1,66 @@
+"""`planner status [RUN_DIR]`: where a run stands, or every run under the runs directory.
+
+Reads the run directory only (state.json, events.jsonl, ledger.sqlite, summary.json), so it
+is safe while `planner run` is writing it. The runtime is imported inside :func:`handle`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from rich.console import Console
+
+DESCRIPTION = """\
+Show one run: its state, progress, steps, spend (from the ledger), forecast total, ETA
+against the deadline, current pool, preemptions and re-plans. Without RUN_DIR, list every
+run under the runs directory ($DANLU_RUNS_DIR, else ./runs, where `planner run` puts them);
+a RUN_DIR that holds runs rather than being one is listed the same way. A run still in
+progress is shown from its state, events and ledger. See docs/report.md."""
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("status", help="where a run stands (or every run): progress, spend, forecast, ETA",
+                              description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir", metavar="RUN_DIR", nargs="?", type=Path,
+                   help="a run directory (default: list the runs under $DANLU_RUNS_DIR or ./runs)")
+    p.add_argument("--json", action="store_true",
+                   help="print a JSON object (one run) or a JSON list (several) instead of tables")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace, console: Console) -> int:
+    from runtime.errors import RuntimeFailure
+    from runtime.run_report import figures_table, status_table
+    from runtime.run_view import default_runs_dir, find_runs, is_run, load_run
+
+    runs = None
+    if args.run_dir is None:
+        root = default_runs_dir()
+        runs = find_runs(root)
+    elif not is_run(args.run_dir) and args.run_dir.is_dir():
+        root = args.run_dir
+        runs = find_runs(root) or None  # holds no runs either: load_run below says it is not a run
+    if runs is None:
+        view = load_run(args.run_dir)
+        if args.json:
+            print(json.dumps(view.to_dict(), indent=2))
+        else:
+            console.print(figures_table(view))
+        return 0
+    rows = []
+    for path in runs:
+        try:
+            rows.append(load_run(path))
+        except RuntimeFailure as exc:  # one broken run must not hide the others
+            rows.append((path, str(exc)))
+    if args.json:
+        print(json.dumps([row.to_dict() if not isinstance(row, tuple) else {"run_dir": str(row[0]), "error": row[1]}
+                          for row in rows], indent=2))
+    elif rows:
+        console.print(status_table(rows))
+    else:
+        console.print(f"no runs under {os.fspath(root)} yet (a run directory holds a state.json)")
+    return 0
