@@ -23,8 +23,6 @@ released -- by pid, never by name -- before the controller moves on or exits.
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -51,8 +49,9 @@ from runtime.replan import (
     Measured,
     ReplanRequest,
     decide,
+    first_plan,
     pool_interruption_rate,
-    replan,
+    replan_or_late,
 )
 from runtime.run_state import (
     LaunchRecord,
@@ -67,8 +66,6 @@ from runtime.run_state import (
     write_summary,
 )
 from runtime.store import CheckpointStore
-
-log = logging.getLogger("runtime.controller")
 
 HEARTBEAT_S = 1.0
 TICK_HOURS = 1 / 60
@@ -95,7 +92,7 @@ class _LaunchEnd:
 
 
 class Controller:
-    """Runs one job to the end (see the module docstring); build with :meth:`create` or :meth:`resume`."""
+    """Runs one job to the end (see the module docstring); build it with :meth:`open`."""
 
     def __init__(self, run_dir: Path, state: RunState, job: JobSpec, catalog: Catalog, *, tuning: Tuning,
                  on_event: Callable[[dict[str, Any]], None] | None = None,
@@ -145,8 +142,8 @@ class Controller:
             raise RunStateError(f"{run_dir}: the run already ended ({state.status}); nothing to resume.")
         job = JobSpec.model_validate(state.job)
         first = not state.launches and not (run_dir / EVENTS_FILE).exists()
-        controller = cls(run_dir, state, job, resolve_catalog(state.catalog), tuning=tuning, on_event=on_event,
-                         on_progress=on_progress)
+        catalog = resolve_catalog(state.catalog, use_cache=state.use_cache)
+        controller = cls(run_dir, state, job, catalog, tuning=tuning, on_event=on_event, on_progress=on_progress)
         controller.events.emit("run_started" if first else "run_resumed", job=job.name, provider=state.provider,
                                time_scale=state.time_scale, policy=state.policy, chaos=state.chaos,
                                checkpoint_dir=state.checkpoint_dir)
@@ -204,25 +201,25 @@ class Controller:
         """Pick the next pool: the policy says spot or on-demand, the planner says which."""
         done = work_done_units(self.job, self.store)
         total = self.job.workload.amount
-        previous = PoolSpec.from_dict(self.state.pool) if self.state.pool else None
-        now = self.clock.now()
-        cooling = self.state.cooling_at(now)
+        previous = self.state.launches[-1].pool_spec if self.state.launches else None
         purchase: tuple[str, ...] | None = None
-        if self.state.launches:
-            last_pool = previous or self.state.launches[-1].pool_spec
+        while previous is not None:
             decision = decide(
                 self.policy, job=self.job, catalog=self.catalog, elapsed_hours=self.clock.elapsed_hours(),
-                work_done=done, work_total=total, rate_per_hour=self.state.rate(self.job, last_pool), cooling=cooling,
-                preempted=preempted, memory=PolicyMemory.from_dict(self.state.policy_memory), tick_hours=TICK_HOURS,
+                work_done=done, work_total=total, rate_per_hour=self.state.rate(self.job, previous),
+                cooling=self.state.cooling_at(self.clock.now()), preempted=preempted,
+                memory=PolicyMemory.from_dict(self.state.policy_memory), tick_hours=TICK_HOURS,
             )
             self.state.policy_memory = decision.memory.to_dict()
             self.events.emit("decision", policy=self.state.policy, target=decision.target, reason=decision.reason,
                              trigger=reason)
-            if decision.target is None:
-                time.sleep(self.clock.real_seconds(TICK_HOURS * 3600))  # wait one tick for spot to come back
-                return
-            if decision.target == ON_DEMAND and "on_demand" in self.job.purchase.allow:
-                purchase = ("on_demand",)
+            if decision.target is not None:
+                if decision.target == ON_DEMAND and "on_demand" in self.job.purchase.allow:
+                    purchase = ("on_demand",)
+                break
+            time.sleep(self.clock.real_seconds(TICK_HOURS * 3600))  # wait one tick for spot to come back
+        now = self.clock.now()
+        cooling = self.state.cooling_at(now)
         result = self._replan(done, total, cooling, purchase)
         if result is None:
             return
@@ -249,28 +246,24 @@ class Controller:
         alerts.dispatch(self.alert_policy, self.ledger, self.outbox, self._forecast(), replanned, now=now)
 
     def _replan(self, done: float, total: float, cooling: frozenset[str], purchase: tuple[str, ...] | None):
-        now = self.clock.now()
-        budget = self.job.constraints.budget_usd
-        measured = None
-        if self.state.measured:
-            m = self.state.measured
-            measured = Measured(m["gpu"], m["gpus"], m["units"] / m["hours"])
-        request = ReplanRequest(
-            job=self.job, catalog=self.catalog, work_left=total - done,
-            budget_left_usd=budget - self.ledger.total_usd(now) if budget is not None else None,
-            hours_left=(self.deadline_at - now) / 3600 if self.deadline_at is not None else None,
-            restart_hours=self.job.overheads.restart_minutes / 60 if self.state.launches else 0.0,
-            measured=measured, cooling=cooling, rates=dict(self.state.rates), purchase=purchase,
-        )
-        result = replan(request)
         note = ""
-        if result.plan is None and request.hours_left is not None and request.budget_left_usd != 0:
-            late = replan(dataclasses.replace(request, hours_left=None))
-            if late.plan is not None:
-                note = f"the deadline can no longer be met ({result.reason}); finishing as cheaply as possible"
-                result = late
+        if not self.state.launches:
+            result = first_plan(self.job, self.catalog)
+        else:
+            now = self.clock.now()
+            budget = self.job.constraints.budget_usd
+            m = self.state.measured
+            result, note = replan_or_late(ReplanRequest(
+                job=self.job, catalog=self.catalog, work_left=total - done,
+                budget_left_usd=budget - self.ledger.total_usd(now) if budget is not None else None,
+                hours_left=(self.deadline_at - now) / 3600 if self.deadline_at is not None else None,
+                restart_hours=self.job.overheads.restart_minutes / 60,
+                measured=Measured(m["gpu"], m["gpus"], m["units"] / m["hours"]) if m else None,
+                cooling=cooling, rates=dict(self.state.rates), purchase=purchase,
+            ))
         if result.plan is None:
-            self.events.emit("replan", reason=result.reason, pool=None, pool_changed=False)
+            self.events.emit("replan" if self.state.launches else "plan", reason=result.reason, pool=None,
+                             pool_changed=False)
             self._finish("infeasible", result.reason)
             return None
         return result.plan, result.pool, note

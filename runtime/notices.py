@@ -307,8 +307,9 @@ class NoticeWatch:
         return self
 
     def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop watching; waits up to ``timeout_s`` for a request in flight (0: do not wait)."""
         self._stop.set()
-        if self._thread.is_alive():
+        if self._thread.is_alive() and timeout_s > 0:
             self._thread.join(timeout_s)
 
     def _run(self) -> None:
@@ -319,6 +320,8 @@ class NoticeWatch:
                 notice = self.watcher.check()
                 failing = False
             except MetadataUnavailable as exc:
+                if self._stop.is_set():
+                    return  # the service went away because the node is being released
                 self.errors += 1
                 if not failing:
                     log.warning("%s notice watcher: %s (retrying)", self.watcher.cloud, exc)

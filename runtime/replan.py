@@ -24,6 +24,7 @@ A timeline, with a cool-down of 30 min::
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from planner.job import JobSpec
 from planner.milp import solve
 from planner.policy import ON_DEMAND, Decision, Policy, PolicyMemory, PolicyState
 from planner.pools import Config, candidate_configs
-from planner.quote import PlanView, limits_for, view
+from planner.quote import PlanView, limits_for, make_quote, view
 from planner.workload import work_model
 from pricing import risk
 from pricing.catalog import Catalog, CatalogFilter, Offering, with_prices
@@ -160,6 +161,29 @@ def replan(request: ReplanRequest) -> ReplanResult:
     if best is None:
         return ReplanResult(None, job, _why_not(job, request))
     return ReplanResult(view(best), job)
+
+
+def first_plan(job: JobSpec, catalog: Catalog) -> ReplanResult:
+    """The plan a run starts with: exactly what ``planner quote`` says for the job."""
+    quote = make_quote(job, catalog, top=0, frontier_points=0)
+    if quote.plan is not None:
+        return ReplanResult(quote.plan, job)
+    inf = quote.infeasible
+    why = "; ".join([r.message for r in inf.relaxations] or inf.reasons) if inf else "no candidate pool"
+    return ReplanResult(None, job, f"the job cannot be planned: {why}")
+
+
+def replan_or_late(request: ReplanRequest) -> tuple[ReplanResult, str]:
+    """:func:`replan`; when only the deadline is in the way, the cheapest plan that ignores it.
+
+    A job that can no longer meet its deadline is still worth finishing; the note says so.
+    """
+    result = replan(request)
+    if result.plan is None and request.hours_left is not None and request.budget_left_usd != 0:
+        late = replan(dataclasses.replace(request, hours_left=None))
+        if late.plan is not None:
+            return late, f"the deadline can no longer be met ({result.reason}); finishing as cheaply as possible"
+    return result, ""
 
 
 def _why_not(job: JobSpec, request: ReplanRequest) -> str:

@@ -132,6 +132,7 @@ class RunState:
     origin: float
     time_scale: float
     policy: str
+    use_cache: bool = True
     chaos: list[str] = field(default_factory=list)
     chaos_fired: int = 0
     plan: dict[str, Any] | None = None
@@ -358,7 +359,7 @@ def plan_pool(plan: dict[str, Any], *, source: str) -> PoolSpec:
 
 def new_state(
     *, job_path: Path, job: JobSpec, run_dir: Path, catalog: str | None, provider: str, time_scale: float,
-    policy: str, chaos: list[str], plan_path: Path | None = None,
+    policy: str, chaos: list[str], plan_path: Path | None = None, use_cache: bool = True,
 ) -> RunState:
     """The state of a fresh run (written to ``run_dir``), refusing a directory that holds one."""
     if (run_dir / STATE_FILE).exists():
@@ -375,7 +376,7 @@ def new_state(
     state = RunState(
         job_path=str(job_path.resolve()), job=job.model_dump(mode="json"), cwd=str(Path.cwd()),
         catalog=str(Path(catalog).resolve()) if catalog else None, provider=provider, checkpoint_dir=checkpoint_dir,
-        origin=time.time(), time_scale=time_scale, policy=policy, chaos=list(chaos),
+        origin=time.time(), time_scale=time_scale, policy=policy, chaos=list(chaos), use_cache=use_cache,
     )
     if plan_path is not None:
         try:

@@ -65,6 +65,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", default="danlu", choices=("on_demand", "greedy", "uniform_progress", "danlu"),
                    help="spot/on-demand switching policy after a preemption (default danlu)")
     p.add_argument("--catalog", metavar="PATH", help="price catalog, as for `planner quote`")
+    p.add_argument("--no-cache", action="store_true", help="ignore the local price cache and imported catalogs")
     p.add_argument("--cooldown", type=_positive, default=30.0, metavar="MINUTES",
                    help="simulated minutes a preempted spot pool is left out of re-plans (default 30)")
     p.add_argument("--rdzv-timeout", type=_positive, default=60.0, metavar="SECONDS",
@@ -106,7 +107,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         run_dir = Path(args.run_dir or f"runs/{job.name}-{stamp}")
         new_state(job_path=Path(args.job), job=job, run_dir=run_dir, catalog=args.catalog, provider=provider,
                   time_scale=args.time_scale, policy=args.policy, chaos=args.chaos,
-                  plan_path=Path(args.plan) if args.plan else None)
+                  plan_path=Path(args.plan) if args.plan else None, use_cache=not args.no_cache)
     console.print(f"run directory: {run_dir}")
     view = _View(console)
     controller = Controller.open(run_dir, tuning=tuning, on_event=view.event, on_progress=view.progress)
@@ -139,6 +140,8 @@ class _View:
         template = _SHOWN.get(record["event"])
         if template is None:
             return
+        if record["event"] in ("plan", "replan") and record.get("pool") is None:
+            template = "no plan: {reason}"
         try:
             text = template.format(**record)
         except (KeyError, ValueError):

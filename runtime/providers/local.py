@@ -292,6 +292,7 @@ class LocalProvider(Provider):
                     log.warning("node %s did not stop within %.1fs of SIGTERM: killing it", local.node.id, grace_s)
         for local in live:
             self._kill(local)
+            local.watch.stop(timeout_s=0)  # first, so the server going away is not reported as an error
             local.server.stop()
             local.watch.stop()
             local.terminated = True
