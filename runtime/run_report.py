@@ -24,7 +24,6 @@ import io
 import os
 import time
 from dataclasses import replace
-from pathlib import Path
 
 from rich.table import Table
 
@@ -74,7 +73,9 @@ def figures(view: RunView, *, now: float | None = None) -> list[tuple[str, str]]
     rows.extend(_forecast_rows(view))
     if view.pool:
         rows.append(("Pool", view.pool))
-    rows.append(("Recoveries", f"{view.preemptions} preemptions, {view.replans} re-plans, {view.failures} failures"))
+    recoveries = [_count(view.preemptions, "preemption"), _count(view.replans, "re-plan"),
+                  _count(view.failures, "failure")]
+    rows.append(("Recoveries", ", ".join(recoveries)))
     if view.alerts_sent:
         rows.append(("Alerts sent", ", ".join(view.alerts_sent)))
     rows.extend(("Warning", problem) for problem in view.problems)
@@ -101,8 +102,8 @@ def _forecast_rows(view: RunView) -> list[tuple[str, str]]:
     rows = []
     if view.running and fc is not None:
         share = f" ({fc.budget_fraction:.1%} of budget)" if fc.budget_fraction is not None else ""
-        rows.append(("Forecast", f"{usd(fc.total_usd)}{share}: {usd(fc.remaining_usd)} for the "
-                                 f"{fc.remaining_hours:,.2f} h left at {usd(fc.plan_hourly_usd)}/h"))
+        left = f"{usd(fc.remaining_usd)} for the {fc.remaining_hours:,.2f} h left at {usd(fc.plan_hourly_usd)}/h"
+        rows.append(("Forecast", f"{usd(fc.total_usd)}{share}: {left}"))
         rows.append(("ETA", f"{when(fc.expected_end)} (in {(fc.expected_end - view.as_of) / 3600:,.2f} h)"))
         if view.deadline_at is not None:
             slack = fc.slack_hours or 0.0
@@ -115,8 +116,8 @@ def _forecast_rows(view: RunView) -> list[tuple[str, str]]:
         verdict = f"met with {-late:,.2f} h to spare" if late <= 0 else f"passed {late:,.2f} h before the end"
         rows.append(("Deadline", f"{when(view.deadline_at)} ({verdict})"))
     if view.status != "completed" and fc is not None and fc.remaining_hours > 0:
-        rows.append(("To finish", f"{usd(fc.remaining_usd)} more for {fc.remaining_hours:,.2f} h on the last pool, "
-                                  f"{usd(fc.total_usd)} in total"))
+        more = f"{usd(fc.remaining_usd)} more for {fc.remaining_hours:,.2f} h on the last pool"
+        rows.append(("To finish", f"{more}, {usd(fc.total_usd)} in total"))
     return rows
 
 
@@ -158,17 +159,13 @@ def timeline_table(view: RunView) -> Table:
     return table
 
 
-def status_table(views: list[RunView | tuple[Path, str]]) -> Table:
-    """One row per run; a ``(path, error)`` pair is a run that could not be read."""
+def status_table(views: list[RunView]) -> Table:
+    """One row per run."""
     table = Table(title="Runs", title_justify="left")
     for col in ("run", "job", "status", "progress", "spent", "forecast", "budget", "ETA", "deadline", "pool",
                 "preempt/replan"):
         table.add_column(col, justify="left" if col in ("run", "job", "status", "pool") else "right")
     for view in views:
-        if isinstance(view, tuple):
-            path, error = view
-            table.add_row(path.name, "", "unreadable", error, style="red")
-            continue
         fc = view.forecast
         table.add_row(
             view.run_dir.name, view.name, view.status, f"{view.progress:.0%}" if view.progress is not None else "?",
@@ -303,7 +300,7 @@ _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 980px; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
 table { border-collapse: collapse; } td, th { padding: 3px 10px; border-bottom: 1px solid #ddd; text-align: left; }
-td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; } td.time, th { white-space: nowrap; }
 table.figures th { width: 9em; } tr.preemption, tr.failure, tr.budget_cap { color: #b00020; }
 tr.replan { color: #8a6d00; } img { max-width: 100%; border: 1px solid #eee; }
 .meta { color: #777; font-size: 0.9em; }
@@ -322,7 +319,8 @@ def render_html(view: RunView, png: bytes | None, *, now: float | None = None) -
     pools += (f"<tr><th>total</th><th></th><th class=num>{sum(p.node_hours for p in view.by_pool):,.3f}</th>"
               f"<th class=num>{esc(usd(view.spent_usd))}</th></tr>")
     timeline = "".join(
-        f"<tr class=\"{esc(e.kind)}\"><td>{esc(when(e.t))}</td><td class=num>{(e.t - view.started_at) / 3600:,.3f}</td>"
+        f"<tr class=\"{esc(e.kind)}\"><td class=time>{esc(when(e.t))}</td>"
+        f"<td class=num>{(e.t - view.started_at) / 3600:,.3f}</td>"
         f"<td>{esc(e.text)}</td><td class=num>{esc(usd(e.cost_usd)) if e.cost_usd is not None else ''}</td>"
         f"<td class=num>{esc(usd(e.spent_usd))}</td></tr>" for e in view.timeline)
     generated = when(time.time() if now is None else now)
@@ -366,11 +364,15 @@ def usd(value: float) -> str:
 
 
 def when(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _clock(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%m-%d %H:%M")
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%m-%d %H:%M")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _ago(seconds: float) -> str:

@@ -314,21 +314,26 @@ def _read_ledger(db: Path) -> tuple[list[Interval], LedgerSnapshot, dict[str, fl
 
 
 def _copy_ledger(source: Path, target: Path) -> None:
+    # A controller that opens the ledger between the check and the read is caught by the
+    # retry: an immutable read of a file being initialised fails, a read-only one waits.
     live = source.with_name(source.name + "-wal").exists()
-    uri = source.resolve().as_uri() + ("?mode=ro" if live else "?immutable=1")
-    try:
-        src = sqlite3.connect(uri, uri=True, timeout=10.0)
+    modes = ("mode=ro",) if live else ("immutable=1", "mode=ro")
+    for i, mode in enumerate(modes):
         try:
-            dst = sqlite3.connect(target)
+            src = sqlite3.connect(f"{source.resolve().as_uri()}?{mode}", uri=True, timeout=10.0)
             try:
-                src.backup(dst)
+                dst = sqlite3.connect(target)
+                try:
+                    src.backup(dst)
+                finally:
+                    dst.close()
             finally:
-                dst.close()
-        finally:
-            src.close()
-    except sqlite3.Error as exc:
-        raise RunViewError(f"{source}: cannot read the spend ledger ({exc}). To fix: check that the file is "
-                           "readable and was written by `planner run`.") from exc
+                src.close()
+            return
+        except sqlite3.Error as exc:
+            if i == len(modes) - 1:
+                raise RunViewError(f"{source}: cannot read the spend ledger ({exc}). To fix: check that the file "
+                                   "is readable and was written by `planner run`.") from exc
 
 
 def _committed(job: JobSpec, state: RunState, problems: list[str]) -> tuple[float | None, int]:

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 DESCRIPTION = """\
 Show one run: its state, progress, steps, spend (from the ledger), forecast total, ETA
@@ -50,17 +51,20 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         else:
             console.print(figures_table(view))
         return 0
-    rows = []
+    views, broken = [], []
     for path in runs:
         try:
-            rows.append(load_run(path))
+            views.append(load_run(path))
         except RuntimeFailure as exc:  # one broken run must not hide the others
-            rows.append((path, str(exc)))
+            broken.append((path, str(exc)))
     if args.json:
-        print(json.dumps([row.to_dict() if not isinstance(row, tuple) else {"run_dir": str(row[0]), "error": row[1]}
-                          for row in rows], indent=2))
-    elif rows:
-        console.print(status_table(rows))
-    else:
+        rows = [view.to_dict() for view in views] + [{"run_dir": str(p), "error": e} for p, e in broken]
+        print(json.dumps(rows, indent=2))
+        return 0
+    if views:
+        console.print(status_table(views))
+    for path, error in broken:
+        console.print(f"[red]unreadable[/] {escape(path.name)}: {escape(error)}", highlight=False)
+    if not runs:
         console.print(f"no runs under {os.fspath(root)} yet (a run directory holds a state.json)")
     return 0
