@@ -46,7 +46,6 @@ class ChaosSpec:
     Poisson rate of random preemptions per wall-clock second; ``trace_offsets`` are
     trace-time seconds (divided by the time scale when scheduled)."""
 
-    text: str = ""
     at: tuple[float, ...] = ()
     rate_per_s: float | None = None
     seed: int = 0
@@ -54,10 +53,6 @@ class ChaosSpec:
     trace_offsets: tuple[float, ...] = ()
     notice: str | None = None
     node: int | None = None
-
-    @property
-    def empty(self) -> bool:
-        return not self.at and self.rate_per_s is None and not self.trace_offsets
 
     def schedule(self, *, time_scale: float, horizon_s: float) -> tuple[float, ...]:
         """Every preemption time (wall-clock seconds from the run start) up to ``horizon_s``.
@@ -120,7 +115,7 @@ def parse_chaos(spec: str | list[str] | None) -> ChaosSpec:
     trace = str(values["trace"]) if "trace" in values else None
     offsets = _trace_offsets(trace) if trace else ()
     return ChaosSpec(
-        text="; ".join(clauses), at=at, rate_per_s=rate, seed=seed, trace=trace, trace_offsets=offsets,
+        at=at, rate_per_s=rate, seed=seed, trace=trace, trace_offsets=offsets,
         notice=notice if isinstance(notice, str) else None, node=node,
     )
 

@@ -87,7 +87,6 @@ class Tuning:
 class _LaunchEnd:
     outcome: contract.Outcome
     reason: str
-    reclaimed: bool = False
     budget_stop: bool = False
 
 
@@ -506,7 +505,7 @@ class Controller:
         if outcome is contract.Outcome.PREEMPTED and not budget_stop:
             self.state.lost_steps += lost
         self.save()
-        return _LaunchEnd(outcome, reason, reclaimed=reclaimed, budget_stop=budget_stop)
+        return _LaunchEnd(outcome, reason, budget_stop=budget_stop)
 
     def _estimate_step(self, record: LaunchRecord) -> int:
         """Where a killed launch had got to: training time times the measured speed."""

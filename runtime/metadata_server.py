@@ -244,10 +244,6 @@ class MetadataServer:
         return f"http://{host}:{port}"
 
     @property
-    def instance_name(self) -> str:
-        return self._state.instance_name
-
-    @property
     def acknowledged(self) -> list[str]:
         with self._state.cond:
             return list(self._state.acknowledged)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,8 @@ def final_tensors(checkpoint_dir: Path) -> dict[str, Any]:
         reader = FileSystemReader(str(checkpoint_dir / f"step-{home}"))
         meta = reader.read_metadata().state_dict_metadata
         part = {k: torch.empty(meta[k].size, dtype=meta[k].properties.dtype) for k in keys}
-        dcp.load(part, storage_reader=reader, no_dist=True)
+        with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+            warnings.simplefilter("ignore", UserWarning)
+            dcp.load(part, storage_reader=reader, no_dist=True)
         tensors.update(part)
     return tensors

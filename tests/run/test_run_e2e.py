@@ -28,8 +28,8 @@ def _run(tmp: Path, *extra: str) -> tuple[int, dict, list[dict]]:
     catalog = write_catalog(tmp / "catalog.csv")
     job = write_job(tmp / "job.toml", entrypoint=digits_entrypoint(STEPS), steps=STEPS)
     run_dir = tmp / "run"
-    rc = main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(run_dir), "--time-scale", "30",
-               "--cooldown", "120", *extra])
+    rc = main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(run_dir), "--time-scale", "10",
+               "--cooldown", "240", *extra])
     summary = json.loads((run_dir / "summary.json").read_text())
     return rc, summary, read_events(run_dir / "events.jsonl")
 

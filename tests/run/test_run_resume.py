@@ -20,7 +20,7 @@ from tests.run.helpers import REPO, digits_entrypoint, processes_of, write_catal
 
 pytestmark = pytest.mark.ddp
 
-STEPS = 400
+STEPS = 1000
 
 
 def _wait_for(predicate, timeout: float, what: str, process: subprocess.Popen) -> None:
