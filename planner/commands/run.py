@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from planner.job import load_job
@@ -147,7 +148,7 @@ class _View:
         except (KeyError, ValueError):
             text = f"{record['event']}: {record}"
         when = dt.datetime.fromtimestamp(record["t"], dt.UTC).strftime("%H:%M:%S")
-        self.console.print(f"[dim]{when}[/] {text}", markup=True, highlight=False)
+        self.console.print(f"[dim]{when}[/] {escape(text)}", highlight=False)
 
     def progress(self, p: Any) -> None:
         if self.live is None:
@@ -168,7 +169,7 @@ class _View:
             if p.deadline_at is not None:
                 eta += f" (deadline in {(p.deadline_at - p.now) / 3600:.2f} h)"
             table.add_row("ETA", eta)
-        table.add_row("pool", f"{p.pool} [{p.launch}, {p.state}]")
+        table.add_row("pool", escape(f"{p.pool} ({p.launch}, {p.state})"))
         self.live.update(table)
 
 
@@ -186,6 +187,6 @@ def _render_summary(summary: dict[str, Any], console: Console) -> None:
         f"${summary['cost_usd']:,.4f} in {summary['hours']:.3f} h; world sizes {summary['world_sizes']}"
     )
     if summary.get("cause"):
-        console.print(f"cause: {summary['cause']}")
+        console.print(f"cause: {escape(summary['cause'])}")
     if summary.get("final_checkpoint"):
         console.print(f"final checkpoint: {summary['final_checkpoint']}")
