@@ -30,6 +30,14 @@ from pathlib import Path
 
 from runtime.errors import RuntimeFailure
 
+__all__ = [
+    "ChaosClock",
+    "ChaosSpec",
+    "ChaosSpecError",
+    "parse_chaos",
+    "parse_duration",
+]
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 MAX_RATE_EVENTS = 10_000

@@ -67,6 +67,11 @@ from runtime.run_state import (
 )
 from runtime.store import CheckpointStore
 
+__all__ = [
+    "Controller",
+    "Tuning",
+]
+
 HEARTBEAT_S = 1.0
 TICK_HOURS = 1 / 60
 

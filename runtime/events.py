@@ -25,6 +25,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+__all__ = [
+    "EventLog",
+    "FILENAME",
+    "read_events",
+]
+
 FILENAME = "events.jsonl"
 
 

@@ -35,6 +35,10 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+__all__ = [
+    "MetadataServer",
+]
+
 MAX_TOKEN_TTL_S = 21600
 MAX_WAIT_S = 30.0
 

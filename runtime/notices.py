@@ -47,6 +47,24 @@ from typing import Protocol
 
 from runtime.errors import RuntimeFailure
 
+__all__ = [
+    "AWS_BASE_URL",
+    "AZURE_API_VERSION",
+    "AZURE_BASE_URL",
+    "AwsImdsWatcher",
+    "AzureScheduledEventsWatcher",
+    "GCP_BASE_URL",
+    "GcpMetadataWatcher",
+    "INTERRUPTION",
+    "MetadataUnavailable",
+    "NOTICE_LEAD_S",
+    "Notice",
+    "NoticeWatch",
+    "REBALANCE",
+    "Watcher",
+    "watcher_for",
+]
+
 log = logging.getLogger("runtime.notices")
 
 AWS_BASE_URL = "http://169.254.169.254"

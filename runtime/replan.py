@@ -39,6 +39,23 @@ from pricing import risk
 from pricing.catalog import Catalog, CatalogFilter, Offering, with_prices
 from runtime.providers.base import PoolSpec
 
+__all__ = [
+    "Measured",
+    "ReplanRequest",
+    "ReplanResult",
+    "config_rate",
+    "decide",
+    "first_plan",
+    "measured_speeds",
+    "offering_pool_id",
+    "pool_from_config",
+    "pool_interruption_rate",
+    "raised_rate",
+    "relative_prices",
+    "replan",
+    "replan_or_late",
+]
+
 
 def offering_pool_id(offering: Offering, purchase: str) -> str:
     """The id a :class:`PoolSpec` of this offering would have (zones count for spot only)."""

@@ -27,6 +27,23 @@ from runtime.providers.base import Node, PoolSpec
 from runtime.replan import config_rate, raised_rate
 from runtime.store import CheckpointStore
 
+__all__ = [
+    "LaunchRecord",
+    "Progress",
+    "RunState",
+    "RunStateError",
+    "SimClock",
+    "build_summary",
+    "check_runnable",
+    "load_state",
+    "new_state",
+    "plan_pool",
+    "save_state",
+    "units_per_step",
+    "work_done_units",
+    "write_summary",
+]
+
 STATE_FILE = "state.json"
 SUMMARY_FILE = "summary.json"
 FORMAT = 1

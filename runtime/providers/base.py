@@ -33,6 +33,16 @@ from typing import Any
 from runtime.errors import RuntimeFailure
 from runtime.notices import Notice
 
+__all__ = [
+    "LaunchSpec",
+    "Node",
+    "NodeState",
+    "NodeStatus",
+    "PoolSpec",
+    "Provider",
+    "ProviderError",
+]
+
 
 class ProviderError(RuntimeFailure):
     """A provider could not provision, launch or release nodes."""

@@ -40,6 +40,17 @@ from runtime.metadata_server import MetadataServer
 from runtime.notices import Notice, NoticeWatch
 from runtime.providers.base import LaunchSpec, Node, NodeState, NodeStatus, PoolSpec, Provider, ProviderError
 
+__all__ = [
+    "LocalProvider",
+    "children",
+    "descendants",
+    "is_running",
+    "kill_tree",
+    "start_time",
+    "torchrun_argv",
+    "wait_gone",
+]
+
 log = logging.getLogger("runtime.providers.local")
 
 PYTHON_NAMES = ("python", "python3", Path(sys.executable).name)
@@ -59,6 +70,7 @@ def start_time(pid: int) -> int | None:
 
 
 def children(pid: int) -> list[int]:
+    """The live children of ``pid`` (every thread's list, from ``/proc``)."""
     found: list[int] = []
     for task in Path(f"/proc/{pid}/task").glob("*"):
         try:
