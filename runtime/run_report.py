@@ -63,7 +63,7 @@ def figures(view: RunView, *, now: float | None = None) -> list[tuple[str, str]]
     if view.training_step is not None and view.training_step > view.steps:
         progress += f"; the workers are at step {view.training_step}"
     rows.append(("Progress", progress))
-    rows.append(("Steps", f"{view.steps} committed, {view.lost_steps} redone after preemptions"))
+    rows.append(("Steps", f"{view.steps:,} committed, {view.lost_steps:,} redone after preemptions"))
     spent = usd(view.spent_usd)
     if view.budget_usd:
         spent += f" ({view.spent_usd / view.budget_usd:.1%} of the {usd(view.budget_usd)} budget)"
@@ -154,24 +154,28 @@ def timeline_table(view: RunView) -> Table:
     table.add_column("spent so far", justify="right")
     for entry in view.timeline:
         style = {"preemption": "red", "failure": "red", "budget_cap": "red", "replan": "yellow"}.get(entry.kind)
-        table.add_row(_clock(entry.t), f"{(entry.t - view.started_at) / 3600:,.3f}", entry.text,
+        table.add_row(_clock(entry.t, seconds=True), f"{(entry.t - view.started_at) / 3600:,.3f}", entry.text,
                       usd(entry.cost_usd) if entry.cost_usd is not None else "", usd(entry.spent_usd), style=style)
     return table
 
 
 def status_table(views: list[RunView]) -> Table:
-    """One row per run."""
-    table = Table(title="Runs", title_justify="left")
-    for col in ("run", "job", "status", "progress", "spent", "forecast", "budget", "ETA", "deadline", "pool",
-                "preempt/replan"):
-        table.add_column(col, justify="left" if col in ("run", "job", "status", "pool") else "right")
+    """One row per run, narrow enough for 120 columns (``planner status RUN_DIR`` has the rest)."""
+    table = Table(title="Runs", title_justify="left", show_edge=False)
+    for col in ("run", "status", "done", "spent", "forecast", "ETA", "slack", "preempt.", "replans"):
+        table.add_column(col, justify="left" if col in ("run", "status") else "right", no_wrap=True)
     for view in views:
         fc = view.forecast
+        forecast = usd(fc.total_usd) if fc else "?"
+        if fc and fc.budget_fraction is not None:
+            forecast += f" ({fc.budget_fraction:.0%})"
+        end = view.eta if view.running else view.as_of
+        slack = None if view.deadline_at is None or end is None else (view.deadline_at - end) / 3600
         table.add_row(
-            view.run_dir.name, view.name, view.status, f"{view.progress:.0%}" if view.progress is not None else "?",
-            usd(view.spent_usd), usd(fc.total_usd) if fc else "?", usd(view.budget_usd) if view.budget_usd else "-",
-            _clock(view.eta) if view.eta else "-", _clock(view.deadline_at) if view.deadline_at else "-",
-            view.pool or "-", f"{view.preemptions}/{view.replans}",
+            view.run_dir.name, view.status, f"{view.progress:.0%}" if view.progress is not None else "?",
+            usd(view.spent_usd), forecast, f"in {(view.eta - view.as_of) / 3600:,.2f} h" if view.eta else "-",
+            "-" if slack is None else f"[red]{slack:+,.2f} h[/]" if slack < 0 else f"{slack:+,.2f} h",
+            str(view.preemptions), str(view.replans),
         )
     return table
 
@@ -367,8 +371,8 @@ def when(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _clock(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%m-%d %H:%M")
+def _clock(ts: float, *, seconds: bool = False) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%m-%d %H:%M:%S" if seconds else "%m-%d %H:%M")
 
 
 def _count(n: int, noun: str) -> str:

@@ -43,7 +43,7 @@ from runtime.ledger import FILENAME as LEDGER_FILE
 from runtime.ledger import Interval, Ledger, LedgerSnapshot, PoolSpend
 from runtime.providers.base import PoolSpec
 from runtime.replan import config_rate
-from runtime.run_state import STATE_FILE, SUMMARY_FILE, RunState, load_state, work_done_units
+from runtime.run_state import STATE_FILE, SUMMARY_FILE, LaunchRecord, RunState, load_state, work_done_units
 from runtime.store import CheckpointStore
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "TimelineEntry",
     "default_runs_dir",
     "find_runs",
+    "is_run",
     "load_run",
 ]
 
@@ -194,11 +195,12 @@ def default_runs_dir() -> Path:
 
 
 def is_run(path: Path) -> bool:
+    """True when ``path`` is a run directory (it holds a ``state.json``)."""
     return (path / STATE_FILE).is_file()
 
 
 def find_runs(root: str | os.PathLike[str]) -> list[Path]:
-    """The run directories directly under ``root``, oldest first (by name, which starts with the job).
+    """The run directories directly under ``root``, by name (``<job>-<start time>`` by default).
 
     Raises:
         NotARunError: ``root`` is missing or not a directory.
@@ -209,14 +211,7 @@ def find_runs(root: str | os.PathLike[str]) -> list[Path]:
             f"{root}: no such runs directory. To fix: pass a RUN_DIR, run from the directory that holds "
             f"runs/, or set {RUNS_DIR_ENV}."
         )
-    return sorted((p for p in root.iterdir() if p.is_dir() and is_run(p)), key=_started_key)
-
-
-def _started_key(path: Path) -> tuple[float, str]:
-    try:
-        return (path.joinpath(STATE_FILE).stat().st_mtime, path.name)
-    except OSError:
-        return (0.0, path.name)
+    return sorted(p for p in root.iterdir() if p.is_dir() and is_run(p))
 
 
 def load_run(run_dir: str | os.PathLike[str]) -> RunView:
@@ -388,7 +383,7 @@ def _rate(state: RunState, job: JobSpec, pool: PoolSpec) -> float | None:
     return config_rate(job, pool)
 
 
-def _segment(record, by_launch: dict[str, float]) -> Segment:
+def _segment(record: LaunchRecord, by_launch: dict[str, float]) -> Segment:
     pool = record.pool_spec
     return Segment(
         launch_id=record.launch_id, pool_id=pool.pool_id, label=pool.label(), purchase=pool.purchase,
@@ -419,7 +414,7 @@ _SHOWN = {
 def _timeline(events: list[dict[str, Any]], segments: tuple[Segment, ...],
               intervals: list[Interval]) -> tuple[TimelineEntry, ...]:
     entries = [
-        TimelineEntry(seg.start, "launch", _launch_text(seg), spent_at(intervals, seg.start), seg.cost_usd, seg)
+        TimelineEntry(seg.start, "launch", _launch_text(seg), _spent_at(intervals, seg.start), seg.cost_usd, seg)
         for seg in segments
     ]
     for event in events:
@@ -437,7 +432,7 @@ def _timeline(events: list[dict[str, Any]], segments: tuple[Segment, ...],
             except (KeyError, ValueError, IndexError):
                 text = f"{event['event']}: " + ", ".join(f"{k}={v}" for k, v in event.items()
                                                          if k not in ("seq", "event", "t", "wall"))
-        entries.append(TimelineEntry(float(t), event["event"], text, spent_at(intervals, float(t))))
+        entries.append(TimelineEntry(float(t), event["event"], text, _spent_at(intervals, float(t))))
     entries.sort(key=lambda e: (e.t, e.kind == "launch"))  # the decision before the launch it made
     return tuple(entries)
 
@@ -448,7 +443,7 @@ def _launch_text(seg: Segment) -> str:
     return f"launch {seg.launch_id}: {seg.label}, {steps}, " + (end if seg.outcome else "running")
 
 
-def spent_at(intervals: list[Interval], t: float) -> float:
+def _spent_at(intervals: list[Interval], t: float) -> float:
     """Cumulative spend at ``t``: every interval billed up to ``t`` (or its end, when earlier)."""
     return sum(iv.hourly_usd * iv.nodes * max(0.0, min(iv.billed_end(), t) - iv.start) / 3600.0
                for iv in intervals)

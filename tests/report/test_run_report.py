@@ -162,3 +162,22 @@ def test_html_escapes_what_the_run_wrote(tmp_path: Path) -> None:
                                          (-0.5, "-$0.5000")])
 def test_usd(value: float, text: str) -> None:
     assert usd(value) == text
+
+
+def test_a_run_stopped_at_its_budget_cap_says_what_finishing_costs(tmp_path: Path) -> None:
+    from runtime.ledger import IntervalKey
+    from runtime.run_state import build_summary, save_state, write_summary
+
+    run = SyntheticRun(tmp_path).started().running()
+    run.ledger.close(IntervalKey("l-2", "l-2-n0"), end=T0 + 3 * HOUR, reason="budget cap")
+    run.state.launches[-1].released_at = T0 + 3 * HOUR
+    run.state.status, run.state.cause, run.state.active = "budget_cap", "stopped before the budget was exceeded", False
+    run.emit(3.0, "run_end", status="budget_cap", cause=run.state.cause, steps=600)
+    save_state(run.run_dir, run.state)
+    write_summary(run.run_dir, build_summary(run.state, run.job, run.ledger, run.store))
+    view = load_run(run.close())
+    rows = _rows(view)
+    assert rows["Status"] == "budget_cap: stopped before the budget was exceeded"
+    assert rows["To finish"] == f"$6.00 more for 2.00 h on the last pool, {usd(view.spent_usd + 6)} in total"
+    assert view.eta is None and "ETA" not in rows
+    assert view.timeline[-1].text == "ended: budget_cap (stopped before the budget was exceeded)"
