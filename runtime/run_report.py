@@ -33,11 +33,14 @@ from runtime.run_view import RunView
 
 __all__ = [
     "figures",
+    "figures_table",
     "pools_table",
     "render_html",
     "render_png",
     "status_table",
     "timeline_table",
+    "usd",
+    "when",
     "write_html",
     "write_png",
 ]
