@@ -246,12 +246,26 @@ def plot_frontier(quote: Quote, path: str) -> None:
         ax.plot([], [], "s", color="#999999", label="alternatives")
     if quote.plan:
         ax.plot(quote.plan.p90_hours, quote.plan.expected_cost_usd, "*", ms=16, color="#dd8452", label="chosen plan")
+    hours = [h for h, _ in quote.frontier] + [a.p90_hours for a in quote.alternatives]
+    costs = [c for _, c in quote.frontier] + [a.expected_cost_usd for a in quote.alternatives]
+    if quote.plan:
+        hours.append(quote.plan.p90_hours)
+        costs.append(quote.plan.expected_cost_usd)
+    # A deadline or budget far beyond the plans would squash them into a corner: name it instead.
     dl = quote.job.constraints.deadline_hours
     if dl:
-        ax.axvline(dl, ls="--", color="#c44e52", label=f"deadline {dl:g} h")
+        near = not hours or dl <= 3 * max(hours)
+        ax.axvline(dl, ls="--", color="#c44e52", label=f"deadline {dl:g} h") if near else ax.plot(
+            [], [], ls="--", color="#c44e52", label=f"deadline {dl:g} h (off the chart)")
     budget = quote.job.constraints.budget_usd
     if budget:
-        ax.axhline(budget, ls=":", color="#c44e52", label=f"budget ${budget:,.0f}")
+        near = not costs or budget <= 3 * max(costs)
+        ax.axhline(budget, ls=":", color="#c44e52", label=f"budget ${budget:,.0f}") if near else ax.plot(
+            [], [], ls=":", color="#c44e52", label=f"budget ${budget:,.0f} (off the chart)")
+    if costs and min(costs) > 0 and max(costs) / min(costs) > 10:
+        ax.set_yscale("log")
+    if hours and min(hours) > 0 and max(hours) / min(hours) > 10:
+        ax.set_xscale("log")
     ax.set_xlabel("P90 hours to finish")
     ax.set_ylabel("expected cost (USD)")
     ax.set_title(f"{quote.job.name}: cost vs time ({dt.date.today().isoformat()})")
