@@ -18,6 +18,7 @@ from rich.markup import escape
 from planner import __version__
 from planner.errors import PlannerError
 from pricing.errors import PricingError
+from runtime.errors import RuntimeFailure
 
 # Sub-commands in the order --help lists them; imported lazily so `planner quote`
 # never pays for torch or the cloud SDKs.
@@ -28,15 +29,8 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 
-def _user_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = [PlannerError, PricingError]
-    try:  # runtime pulls in nothing heavy at import time, but may be absent in slim installs
-        from runtime.errors import RuntimeFailure
-
-        errors.append(RuntimeFailure)
-    except ImportError:
-        pass
-    return tuple(errors)
+# runtime.errors imports nothing heavy, so the CLI can name its base class up front.
+USER_ERRORS = (PlannerError, PricingError, RuntimeFailure)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         return int(args.handler(args, console) or EXIT_OK)
-    except _user_errors() as exc:
+    except USER_ERRORS as exc:
         errors.print(f"[bold red]error:[/] {escape(str(exc))}")
         return EXIT_USAGE
     except KeyboardInterrupt:
