@@ -253,6 +253,29 @@ def load_state(run_dir: str | Path) -> RunState:
     return RunState.from_json(text, source=str(path))
 
 
+def raise_budget(run_dir: str | Path, budget_usd: float) -> RunState:
+    """Reopen a run that the hard budget cap stopped, with a larger ``budget_usd``.
+
+    The run resumes from its last checkpoint; alerts already sent stay sent.
+
+    Raises:
+        RunStateError: the run did not stop at its budget cap, or the new budget is not larger.
+    """
+    state = load_state(run_dir)
+    if state.status not in ("budget_cap", "running"):
+        raise RunStateError(
+            f"{run_dir}: the run ended {state.status!r}, not at its budget cap; --budget-usd only reopens a run "
+            "stopped by the cap (or raises the budget of one still running)."
+        )
+    old = state.job.get("constraints", {}).get("budget_usd")
+    if old is not None and budget_usd <= old:
+        raise RunStateError(f"--budget-usd {budget_usd:g} must be larger than the run's budget ({old:g} USD).")
+    state.job = {**state.job, "constraints": {**state.job.get("constraints", {}), "budget_usd": budget_usd}}
+    state.status, state.cause = "running", None
+    save_state(run_dir, state)
+    return state
+
+
 def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> Path:
     path = Path(run_dir) / SUMMARY_FILE
     atomic_file.write_text(path, json.dumps(summary, indent=2, sort_keys=False) + "\n")

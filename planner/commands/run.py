@@ -55,6 +55,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--plan", metavar="PLAN.json", help="follow this plan (`planner quote --json` output)")
     p.add_argument("--run-dir", metavar="DIR", help="where the run keeps its files (default runs/<job>-<time>)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR after the controller died")
+    p.add_argument("--budget-usd", type=float, metavar="USD",
+                   help="with --resume: a larger budget, to finish a run the hard budget cap stopped")
     p.add_argument("--provider", choices=("local", "aws", "gcp", "azure"),
                    help="where nodes come from (default: the job's [run].provider)")
     p.add_argument("--chaos", metavar="SPEC", action="append", default=[],
@@ -86,14 +88,18 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     from runtime.chaos import parse_chaos
     from runtime.controller import Controller, Tuning
     from runtime.errors import RuntimeFailure
-    from runtime.run_state import new_state
+    from runtime.run_state import new_state, raise_budget
 
     tuning = Tuning(cooldown_minutes=args.cooldown, rdzv_timeout_s=args.rdzv_timeout)
     if args.resume:
         if args.job or args.plan or args.chaos:
             raise RuntimeFailure("--resume continues a run as it was started; do not pass JOB, --plan or --chaos")
         run_dir = Path(args.resume)
+        if args.budget_usd is not None:
+            raise_budget(run_dir, args.budget_usd)
     else:
+        if args.budget_usd is not None:
+            raise RuntimeFailure("--budget-usd goes with --resume RUN_DIR; for a new run set [constraints] budget_usd")
         if not args.job:
             raise RuntimeFailure("give a JOB file to run, or --resume RUN_DIR")
         job = load_job(args.job)

@@ -35,3 +35,14 @@ def test_the_run_stops_after_a_checkpoint_before_overspending(tmp_path: Path) ->
     assert summary["final_checkpoint"] is not None  # the work done so far is kept
     assert (run_dir / "outbox" / "run-ended.eml").exists()
     assert processes_of(str(run_dir)) == []
+
+    # Resuming with a raised budget finishes the job from the cap's checkpoint.
+    stopped_at = summary["steps"]
+    assert main(["run", "--resume", str(run_dir), "--budget-usd", "0.01"]) == 2  # not larger: refused
+    assert main(["run", "--resume", str(run_dir), "--budget-usd", "5"]) == 0
+    final = json.loads((run_dir / "summary.json").read_text())
+    assert final["status"] == "completed" and final["steps"] == 300
+    assert final["cost_usd"] > summary["cost_usd"] and final["cost_usd"] <= 5
+    resumed = [e for e in read_events(run_dir / "events.jsonl") if e["event"] == "launch"][-1]
+    assert resumed["start_step"] == stopped_at > 0
+    assert processes_of(str(run_dir)) == []
