@@ -84,6 +84,11 @@ class Solution:
         return sum(p.config.kg_per_hour * p.hours for p in self.phases)
 
     @property
+    def main_config(self) -> Config:
+        """The configuration that does most of the plan's work."""
+        return max(self.phases, key=lambda p: p.work_hours * p.config.rate).config
+
+    @property
     def families(self) -> frozenset[tuple[str, str, str, str]]:
         return frozenset(p.config.family for p in self.phases)
 

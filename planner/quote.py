@@ -101,7 +101,8 @@ def make_quote(
     quote.plan = view(best)
     excluded: list[frozenset] = []
     for _ in range(top):
-        excluded.append(frozenset({_main_family(quote.alternatives[-1].solution if quote.alternatives else best)}))
+        previous = quote.alternatives[-1].solution if quote.alternatives else best
+        excluded.append(frozenset({previous.main_config.family}))
         alt = solve(candidates.configs, work.work, limits, objective, exclude_families=excluded)
         if alt is None:
             break
@@ -110,11 +111,6 @@ def make_quote(
         quote.frontier = frontier(candidates, work, limits, frontier_points)
     quote.solve_seconds = time.perf_counter() - started
     return quote
-
-
-def _main_family(solution: Solution) -> tuple[str, str, str, str]:
-    """The pool that does most of a plan's work: what an alternative must do without."""
-    return max(solution.phases, key=lambda p: p.work_hours * p.config.rate).config.family
 
 
 def view(solution: Solution) -> PlanView:

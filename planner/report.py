@@ -102,11 +102,6 @@ def _money(x: float) -> str:
     return f"${x:,.2f}"
 
 
-def main_config(view: PlanView):
-    """The configuration that does most of a plan's work."""
-    return max(view.solution.phases, key=lambda p: p.work_hours * p.config.rate).config
-
-
 def _phase_table(view: PlanView, title: str) -> Table:
     t = Table(title=title, title_justify="left", expand=False)
     for col in ("#", "instance", "where", "nodes", "purchase", "$/node-h", "hours", "cost"):
@@ -157,7 +152,7 @@ def why_best(quote: Quote) -> str | None:
     best, alt = quote.plan, quote.runner_up
     if best is None or alt is None:
         return None
-    main = main_config(alt)
+    main = alt.solution.main_config
     d_cost = alt.expected_cost_usd - best.expected_cost_usd
     d_time = alt.p90_hours - best.p90_hours
     parts = [f"runner-up ({main.label()}) costs {_money(abs(d_cost))} {'more' if d_cost >= 0 else 'less'}"]
@@ -198,7 +193,7 @@ def render_quote(quote: Quote, console: Console, top: int) -> None:
         for col in ("#", "main pool", "phases", "expected cost", "P90 cost", "P90 hours"):
             t.add_column(col, justify="left" if col in {"main pool"} else "right")
         for i, alt in enumerate(quote.alternatives[:top], 1):
-            main = main_config(alt)
+            main = alt.solution.main_config
             t.add_row(str(i), main.label(), str(len(alt.solution.phases)), _money(alt.expected_cost_usd),
                       _money(alt.p90_cost_usd), f"{alt.p90_hours:.2f}")
         console.print(t)
