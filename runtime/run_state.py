@@ -36,6 +36,7 @@ __all__ = [
     "build_summary",
     "check_runnable",
     "load_state",
+    "raise_budget",
     "new_state",
     "plan_pool",
     "save_state",
