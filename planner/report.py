@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import io
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console, Group
@@ -11,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from planner.quote import PlanView, Quote
+from pricing import atomic_file
 from planner.relax import Infeasibility
 
 
@@ -224,8 +227,8 @@ def _render_infeasible(inf: Infeasibility | None, console: Console) -> None:
     console.print(Panel(Group(*body), title="infeasible", border_style="red", expand=False))
 
 
-def plot_frontier(quote: Quote, path: str) -> None:
-    """Write the cost-vs-time frontier with the chosen plan and alternatives as a PNG."""
+def plot_frontier(quote: Quote, path: str | Path) -> None:
+    """Write the cost-vs-time frontier with the chosen plan and alternatives as a PNG (atomically)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -267,5 +270,7 @@ def plot_frontier(quote: Quote, path: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
     plt.close(fig)
+    atomic_file.write_bytes(path, buffer.getvalue())

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
+import io
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from matplotlib.figure import Figure
 
 from planner.policy import ON_DEMAND
 from planner.simulate import JobModel, SimResult
+from pricing import atomic_file
 from pricing.traces import MultiPoolTrace
 
 
@@ -81,15 +81,6 @@ def _shade(ax, hours: np.ndarray, up: np.ndarray, color: str, label: str) -> Non
 
 
 def _save_atomically(fig, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            fig.savefig(out, format="png")
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    atomic_file.write_bytes(path, buffer.getvalue())

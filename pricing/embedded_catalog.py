@@ -20,13 +20,13 @@ import functools
 import io
 import math
 import os
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import platformdirs
 
+from pricing import atomic_file
 from pricing.catalog import Catalog, Offering
 from pricing.errors import CatalogFormatError
 from pricing.skypilot import read_skypilot_catalog
@@ -109,47 +109,13 @@ def _offering(path: Path, line: int, row: list[str]) -> Offering:
 
 
 def write_offerings_csv(path: str | Path, offerings: Iterable[Offering]) -> Path:
-    """Write ``offerings`` as an offerings CSV, atomically (see :func:`write_text_atomic`)."""
+    """Write ``offerings`` as an offerings CSV, atomically (see :mod:`pricing.atomic_file`)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(OFFERING_COLUMNS)
     for o in offerings:
         writer.writerow(_cell(getattr(o, column)) for column in OFFERING_COLUMNS)
-    return write_text_atomic(path, buffer.getvalue())
-
-
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Replace ``path`` with ``text`` so readers see the old or the new file, never a torn one.
-
-    Writes a temp file in the same directory, fsyncs it, sets mode 0644 and renames it
-    over ``path``; parent directories are created.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-    return path
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return  # directories cannot be opened on some platforms (Windows); the rename is still atomic
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    return atomic_file.write_text(path, buffer.getvalue())
 
 
 def _cell(value: object) -> str:

@@ -54,7 +54,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from runtime import atomic_file
+from pricing import atomic_file
 from runtime.errors import ContractError
 
 EXIT_COMPLETED = 0

@@ -33,7 +33,6 @@ import re
 import smtplib
 import socket
 import ssl
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -43,6 +42,7 @@ from email.parser import BytesParser
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from pricing import atomic_file
 from runtime.alert_email import render
 from runtime.alerts import Alert, AlertConfigError, AlertsConfig
 
@@ -53,6 +53,7 @@ logger = logging.getLogger(__name__)
 USER_ENV = "DANLU_SMTP_USER"
 PASSWORD_ENV = "DANLU_SMTP_PASSWORD"
 SENDER_ENV = "DANLU_SMTP_FROM"
+OUTBOX_MODE = 0o600  # alerts name the team's addresses and spend: owner-only, like the mkstemp default
 
 
 class OutboxStatus(str, enum.Enum):
@@ -166,7 +167,7 @@ class Mailer:
                 if eml.exists():
                     return True
                 message = render(alert, sender=self.sender, recipients=self.config.email)
-                _atomic_write(eml, bytes(message))
+                atomic_file.write_bytes(eml, bytes(message), mode=OUTBOX_MODE)
                 status = OutboxStatus.QUEUED if self.target else OutboxStatus.WRITTEN
                 self._write_state(entry_id, status, attempts=0, last_error=self._blocked)
         except Exception:  # alerting must never stop training
@@ -375,7 +376,8 @@ class Mailer:
     def _write_state(self, entry_id: str, status: OutboxStatus, *, attempts: int, last_error: str | None) -> None:
         state = {"id": entry_id, "status": status.value, "attempts": attempts, "last_error": last_error,
                  "updated_at": self._clock()}
-        _atomic_write(self.outbox / f"{entry_id}.json", (json.dumps(state, indent=1) + "\n").encode())
+        atomic_file.write_bytes(self.outbox / f"{entry_id}.json", (json.dumps(state, indent=1) + "\n").encode(),
+                                mode=OUTBOX_MODE)
 
 
 def _entry_id(key: str) -> str:
@@ -383,24 +385,6 @@ def _entry_id(key: str) -> str:
     if safe != key or not safe:
         safe = f"{safe}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
     return safe
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # mode 0600
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def _describe(exc: BaseException, target: SmtpTarget | None) -> str:

@@ -27,7 +27,8 @@ from dataclasses import replace
 
 from rich.table import Table
 
-from runtime import alert_email, atomic_file
+from pricing import atomic_file
+from runtime import alert_email
 from runtime.alerts import Alert, AlertKind
 from runtime.run_view import RunView
 

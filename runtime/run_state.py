@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.job import JobSpec
-from runtime import atomic_file
+from pricing import atomic_file
 from runtime.errors import RuntimeFailure
 from runtime.ledger import Ledger
 from runtime.providers.base import Node, PoolSpec

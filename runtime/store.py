@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from runtime import atomic_file
+from pricing import atomic_file
 from runtime.errors import CheckpointError
 
 if TYPE_CHECKING:

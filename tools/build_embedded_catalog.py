@@ -32,7 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # a script run by hand from a checkout, not an installed entry point
 
 from pricing.catalog import Offering  # noqa: E402
-from pricing.embedded_catalog import COMMITMENT_TOLERANCE, write_offerings_csv, write_text_atomic  # noqa: E402
+from pricing import atomic_file  # noqa: E402
+from pricing.embedded_catalog import COMMITMENT_TOLERANCE, write_offerings_csv  # noqa: E402
 from pricing.risk import read_spot_advisor  # noqa: E402
 from pricing.skypilot import scan_skypilot_catalog  # noqa: E402
 
@@ -157,7 +158,7 @@ def write_carbon_csv(path: Path, rows: list[tuple[str, str, str, str]]) -> None:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(("cloud", "region", "kgco2e_per_kwh", "source"))
     writer.writerows(rows)
-    write_text_atomic(path, buffer.getvalue())
+    atomic_file.write_text(path, buffer.getvalue())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
-from pathlib import Path
 
 from rich.console import Console
 
@@ -65,7 +63,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
                 f"prices are {age} days old (older than {args.max_price_age:g}); run `planner prices refresh`"
             )
     if args.plot:
-        _write_plot(quote, Path(args.plot))
+        plot_frontier(quote, args.plot)
     if args.json:
         print(json.dumps(quote_json(quote), indent=2))
     else:
@@ -74,17 +72,3 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             console.print(f"[dim]frontier plot written to {args.plot}[/]")
     return 0 if quote.plan else EXIT_INFEASIBLE
 
-
-def _write_plot(quote, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".frontier-", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        plot_frontier(quote, tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

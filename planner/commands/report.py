@@ -28,7 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
-    from runtime import atomic_file
+    from pricing import atomic_file
     from runtime.run_report import figures_table, pools_table, render_png, timeline_table, write_html
     from runtime.run_view import load_run
 

@@ -35,7 +35,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from runtime import atomic_file, notices
+from pricing import atomic_file
+from runtime import notices
 from runtime.metadata_server import MetadataServer
 from runtime.notices import Notice, NoticeWatch
 from runtime.providers.base import LaunchSpec, Node, NodeState, NodeStatus, PoolSpec, Provider, ProviderError
