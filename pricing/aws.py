@@ -50,7 +50,7 @@ from pricing.refresh import (
     utc_now,
 )
 from pricing.retry import RetryPolicy
-from pricing.skypilot import GPU_MEMORY_GB
+from pricing.skypilot import marketed_memory_gb
 
 CLOUD = "aws"
 PRICING_API_REGION = "us-east-1"
@@ -106,19 +106,6 @@ class ListPrice:
     reserved_3y: float | None
 
 
-USABLE_MEMORY_SLACK = 0.10
-"""EC2 reports usable GPU memory (A10G: 22,888 MiB); within 10 % below the marketed size
-it is read as the marketed size, as the SkyPilot import does, so ``min_gpu_memory_gb``
-compares the same number for every source."""
-
-
-def marketed_memory_gb(gpu: str, reported_gb: float) -> float:
-    marketed = GPU_MEMORY_GB.get(gpu)
-    if marketed is not None and marketed * (1 - USABLE_MEMORY_SLACK) <= reported_gb <= marketed:
-        return marketed
-    return reported_gb
-
-
 def canonical_gpu_name(name: str, memory_mib: float) -> str:
     """The SkyPilot catalog's name for an EC2 GPU (``A100`` with 80 GB is ``A100-80GB``)."""
     if name == "A100" and memory_mib >= 70 * 1024:
@@ -144,6 +131,7 @@ def instance_facts(item: Mapping[str, Any]) -> InstanceFacts | None:
         instance_type=item["InstanceType"],
         gpu=name,
         gpus=int(gpu["Count"]),
+        # EC2 reports usable memory (A10G: 22,888 MiB); compare marketed sizes, as the SkyPilot import does.
         gpu_memory_gb=marketed_memory_gb(name, round(memory_mib / 1024.0, 2)),
         vcpus=float(item["VCpuInfo"]["DefaultVCpus"]),
         memory_gb=float(item["MemoryInfo"]["SizeInMiB"]) / 1024.0,

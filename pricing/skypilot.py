@@ -344,10 +344,15 @@ def _gpu_memory_gb(cloud: str, gpu: str, gpu_info: str) -> float | None:
         match = _TOTAL_MIB.search(gpu_info)  # Lambda's total is per GPU
     if match is None:
         return marketed
-    reported = round(float(match.group(1)) / 1024, 2)
-    if marketed is not None and marketed * (1 - _USABLE_MEMORY_SLACK) <= reported <= marketed:
+    return marketed_memory_gb(gpu, round(float(match.group(1)) / 1024, 2))
+
+
+def marketed_memory_gb(gpu: str, reported_gb: float) -> float:
+    """``reported_gb`` (usable memory, as clouds report it) as the marketed size when within 10% of it."""
+    marketed = GPU_MEMORY_GB.get(gpu)
+    if marketed is not None and marketed * (1 - _USABLE_MEMORY_SLACK) <= reported_gb <= marketed:
         return marketed
-    return reported
+    return reported_gb
 
 
 def _canonical(gpu: str) -> str:

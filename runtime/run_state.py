@@ -176,12 +176,16 @@ class RunState:
     def clock(self) -> SimClock:
         return SimClock(self.origin, self.time_scale)
 
-    def rate(self, job: JobSpec, pool: PoolSpec) -> float:
-        """Work units per hour on ``pool``: as measured on the same GPUs, else the job's figures."""
+    def known_rate(self, job: JobSpec, pool: PoolSpec) -> float | None:
+        """Work units per hour on ``pool``: as measured on the same GPUs, else the job's figures, else None."""
         m = self.measured
         if m and m["gpu"] == pool.gpu and m["gpus"] == pool.nodes * pool.gpus_per_node:
             return m["units"] / m["hours"]
-        return config_rate(job, pool) or 1.0
+        return config_rate(job, pool)
+
+    def rate(self, job: JobSpec, pool: PoolSpec) -> float:
+        """:meth:`known_rate`, never zero: pools come from plans, which had a speed for them."""
+        return self.known_rate(job, pool) or 1.0
 
     def learn_throughput(self, pool: PoolSpec, units: float, hours: float) -> float:
         """Add a measurement (pooled with earlier ones on the same GPUs); returns units per hour."""

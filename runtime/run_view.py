@@ -42,7 +42,6 @@ from runtime.events import read_events
 from runtime.ledger import FILENAME as LEDGER_FILE
 from runtime.ledger import Interval, Ledger, LedgerSnapshot, PoolSpend
 from runtime.providers.base import PoolSpec
-from runtime.replan import config_rate
 from runtime.run_state import STATE_FILE, SUMMARY_FILE, LaunchRecord, RunState, load_state, work_done_units
 from runtime.store import CheckpointStore
 
@@ -367,20 +366,12 @@ def _forecast(state: RunState, job: JobSpec, pool: PoolSpec | None, spent: float
         return forecast.forecast(spent, 0.0, 0.0, at=as_of, budget_usd=budget, deadline_at=deadline_at)
     if pool is None or work_done is None:
         return None
-    rate = _rate(state, job, pool)
+    rate = state.known_rate(job, pool)
     if rate is None:
         return None
     left = max(job.workload.amount - work_done, 0.0)
     return forecast.forecast(spent, left / rate, pool.hourly_usd * pool.nodes, at=as_of, budget_usd=budget,
                              deadline_at=deadline_at)
-
-
-def _rate(state: RunState, job: JobSpec, pool: PoolSpec) -> float | None:
-    """Work units per hour on ``pool``: measured on this GPU count when the run has, else the job's figures."""
-    measured = state.measured
-    if measured and measured["gpu"] == pool.gpu and measured["gpus"] == pool.nodes * pool.gpus_per_node:
-        return measured["units"] / measured["hours"]
-    return config_rate(job, pool)
 
 
 def _segment(record: LaunchRecord, by_launch: dict[str, float]) -> Segment:
