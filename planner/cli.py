@@ -22,7 +22,7 @@ from runtime.errors import RuntimeFailure
 
 # Sub-commands in the order --help lists them; imported lazily so `planner quote`
 # never pays for torch or the cloud SDKs.
-COMMANDS = ("quote", "run", "status", "report", "prices", "bench", "simulate", "capacity")
+COMMANDS = ("quote", "run", "status", "report", "prices", "bench", "simulate")
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -46,13 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"danlu {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"planner.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"planner.commands.{name}":
-                raise
-            continue
-        module.add_parser(subparsers)
+        importlib.import_module(f"planner.commands.{name}").add_parser(subparsers)
     return parser
 
 

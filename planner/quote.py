@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from planner.job import JobSpec
 from planner.milp import Limits, Solution, solve
@@ -140,7 +140,7 @@ def view(solution: Solution) -> PlanView:
 
 def frontier(candidates: CandidateSet, work: WorkModel, limits: Limits, points: int) -> list[tuple[float, float]]:
     """Cheapest expected cost for a range of P90 deadlines: the cost-vs-time Pareto frontier."""
-    no_deadline = Limits(None, limits.budget_usd, limits.switch_hours, limits.max_phases)
+    no_deadline = replace(limits, deadline_hours=None)
     fastest = solve(candidates.configs, work.work, no_deadline, "p90_time")
     cheapest = solve(candidates.configs, work.work, no_deadline, "cost")
     if fastest is None or cheapest is None:
@@ -153,8 +153,7 @@ def frontier(candidates: CandidateSet, work: WorkModel, limits: Limits, points: 
         return [(lo, fastest.cost)]
     for i in range(points):
         t = lo * (hi / lo) ** (i / (points - 1))
-        sol = solve(candidates.configs, work.work, Limits(t * (1 + 1e-9), limits.budget_usd, limits.switch_hours,
-                                                          limits.max_phases), "cost")
+        sol = solve(candidates.configs, work.work, replace(limits, deadline_hours=t * (1 + 1e-9)), "cost")
         if sol is not None:
             out[round(sol.p90_hours, 6)] = sol.cost
     pts = sorted(out.items())

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from planner.job import JobSpec
 from planner.milp import Limits, solve
@@ -59,14 +59,14 @@ def explain_infeasible(
     out = Infeasibility()
     deadline, budget = limits.deadline_hours, limits.budget_usd
     if budget is not None:
-        cheapest = solve(candidates.configs, work.work, Limits(deadline, None, limits.switch_hours), "cost")
+        cheapest = solve(candidates.configs, work.work, replace(limits, budget_usd=None), "cost")
         if cheapest is not None:
             value = round_up(cheapest.cost)
             out.relaxations.append(
                 Relaxation("constraints.budget_usd", value, f"raise budget_usd to {value:g}")
             )
     if deadline is not None:
-        fastest = solve(candidates.configs, work.work, Limits(None, budget, limits.switch_hours), "p90_time")
+        fastest = solve(candidates.configs, work.work, replace(limits, deadline_hours=None), "p90_time")
         if fastest is not None:
             value = round_up(fastest.p90_hours)
             out.relaxations.append(
@@ -75,10 +75,10 @@ def explain_infeasible(
     out.binding = [r.key for r in out.relaxations]
     if not out.relaxations:
         # Neither constraint alone can be relaxed enough: say what both need, then the node limit.
-        fastest = solve(candidates.configs, work.work, Limits(None, None, limits.switch_hours), "p90_time")
+        fastest = solve(candidates.configs, work.work, replace(limits, deadline_hours=None, budget_usd=None), "p90_time")
         if fastest is not None and deadline is not None and budget is not None:
             both = solve(
-                candidates.configs, work.work, Limits(round_up(fastest.p90_hours), None, limits.switch_hours), "cost"
+                candidates.configs, work.work, replace(limits, deadline_hours=round_up(fastest.p90_hours), budget_usd=None), "cost"
             )
             if both is not None:
                 out.binding = ["constraints.deadline_hours", "constraints.budget_usd"]
