@@ -5,7 +5,7 @@ Run by hand (2 CPU ranks, about 3 minutes)::
     python bench/checkpoint.py [--steps 2000] [--json]
 
 For each configuration it launches ``torchrun --standalone --nproc-per-node 2`` on this
-file, which then trains ``examples/train_digits.py``'s CNN through ``runtime.session`` and
+file, which then trains ``examples/train_digits.py``'s CNN through ``runtime.training.session`` and
 times the training loop alone (process start-up and the final save excluded):
 
 * ``none``       -- no periodic checkpoints: the baseline;

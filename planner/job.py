@@ -81,6 +81,7 @@ class Constraints(_Section):
     regions: tuple[str, ...] = ()
     max_nodes: int = Field(default=8, ge=1, le=1024)
     max_gpus: int | None = Field(default=None, ge=1)
+    gpus: tuple[str, ...] = Field(default=(), description="GPU types the job may use (catalog names); empty = any")
 
 
 class HeldReservation(_Section):
@@ -122,6 +123,11 @@ class Run(_Section):
     nproc_per_node: int = Field(default=1, ge=1, le=64)
     checkpoint_dir: str | None = None
     max_restarts: int = Field(default=3, ge=0, le=100)
+    on_deadline_miss: Literal["continue", "stop"] = Field(
+        default="continue",
+        description="when no plan can meet the deadline any more: finish late with the fastest plan within "
+                    "budget (and alert), or stop",
+    )
 
     @field_validator("entrypoint", mode="before")
     @classmethod

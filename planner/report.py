@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from planner.quote import PlanView, Quote
-from pricing import atomic_file
+from danlu import atomic_file
 from planner.relax import Infeasibility
 
 

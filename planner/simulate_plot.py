@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 from planner.policy import ON_DEMAND
 from planner.simulate import JobModel, SimResult
-from pricing import atomic_file
+from danlu import atomic_file
 from pricing.traces import MultiPoolTrace
 
 

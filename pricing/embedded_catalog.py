@@ -26,7 +26,7 @@ from typing import Any
 
 import platformdirs
 
-from pricing import atomic_file
+from danlu import atomic_file
 from pricing.catalog import Catalog, Offering
 from pricing.errors import CatalogFormatError
 from pricing.skypilot import read_skypilot_catalog
@@ -109,7 +109,7 @@ def _offering(path: Path, line: int, row: list[str]) -> Offering:
 
 
 def write_offerings_csv(path: str | Path, offerings: Iterable[Offering]) -> Path:
-    """Write ``offerings`` as an offerings CSV, atomically (see :mod:`pricing.atomic_file`)."""
+    """Write ``offerings`` as an offerings CSV, atomically (see :mod:`danlu.atomic_file`)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(OFFERING_COLUMNS)

@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # a script run by hand from a checkout, not an installed entry point
 
 from pricing.catalog import Offering  # noqa: E402
-from pricing import atomic_file  # noqa: E402
+from danlu import atomic_file  # noqa: E402
 from pricing.embedded_catalog import COMMITMENT_TOLERANCE, write_offerings_csv  # noqa: E402
 from pricing.risk import read_spot_advisor  # noqa: E402
 from pricing.skypilot import scan_skypilot_catalog  # noqa: E402

@@ -28,9 +28,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
-    from pricing import atomic_file
-    from runtime.run_report import figures_table, pools_table, render_png, timeline_table, write_html
-    from runtime.run_view import load_run
+    from danlu import atomic_file
+    from runtime.reports.run_report import figures_table, pools_table, render_png, timeline_table, write_html
+    from runtime.reports.run_view import load_run
 
     view = load_run(args.run_dir)
     console.print(figures_table(view))

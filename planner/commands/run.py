@@ -85,10 +85,10 @@ def _positive(text: str) -> float:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
-    from runtime.chaos import parse_chaos
-    from runtime.controller import Controller, Tuning
+    from runtime.control.chaos import parse_chaos
+    from runtime.control.controller import Controller, Tuning
     from runtime.errors import RuntimeFailure
-    from runtime.run_state import new_state, raise_budget
+    from runtime.control.run_state import new_state, raise_budget
 
     tuning = Tuning(cooldown_minutes=args.cooldown, rdzv_timeout_s=args.rdzv_timeout)
     if args.resume:

@@ -34,8 +34,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     from runtime.errors import RuntimeFailure
-    from runtime.run_report import figures_table, status_table
-    from runtime.run_view import default_runs_dir, find_runs, is_run, load_run
+    from runtime.reports.run_report import figures_table, status_table
+    from runtime.reports.run_view import default_runs_dir, find_runs, is_run, load_run
 
     runs = None
     if args.run_dir is None:

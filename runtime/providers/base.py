@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.errors import RuntimeFailure
-from runtime.notices import Notice
+from runtime.providers.notices import Notice
 
 __all__ = [
     "LaunchSpec",
@@ -124,7 +124,7 @@ class LaunchSpec:
 
     ``rdzv_id`` is fresh for every launch, so a late agent of an earlier launch can
     never join this one. ``env`` carries the controller contract
-    (:class:`runtime.contract.LaunchContract`).
+    (:class:`runtime.training.contract.LaunchContract`).
     """
 
     launch_id: str

@@ -6,9 +6,9 @@ Each simulated node gets
   session; the nodes of one launch meet through a c10d rendezvous over a file store in
   the launch directory (no port to pick, so nothing to race for), with a fresh
   rendezvous id per launch;
-* a metadata server on 127.0.0.1 (:class:`runtime.metadata_server.MetadataServer`)
+* a metadata server on 127.0.0.1 (:class:`runtime.providers.metadata_server.MetadataServer`)
   speaking its pool's cloud protocol, and the real notice watcher of that cloud
-  (:mod:`runtime.notices`) polling it.
+  (:mod:`runtime.providers.notices`) polling it.
 
 :meth:`LocalProvider.preempt` is the fault-injection knob ``--chaos`` uses: it announces
 the reclaim on the node's metadata server and hard-kills the node when the lead time
@@ -35,10 +35,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pricing import atomic_file
-from runtime import notices
-from runtime.metadata_server import MetadataServer
-from runtime.notices import Notice, NoticeWatch
+from danlu import atomic_file
+from runtime.providers import notices
+from runtime.providers.metadata_server import MetadataServer
+from runtime.providers.notices import Notice, NoticeWatch
 from runtime.providers.base import LaunchSpec, Node, NodeState, NodeStatus, PoolSpec, Provider, ProviderError
 
 __all__ = [

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runtime.alerts import Alert, AlertPolicy, AlertsConfig
-from runtime.forecast import forecast
-from runtime.ledger import IntervalKey, Ledger
+from runtime.accounting.alerts import Alert, AlertPolicy, AlertsConfig
+from runtime.accounting.forecast import forecast
+from runtime.accounting.ledger import IntervalKey, Ledger
 
 T0 = 1_796_000_000.0  # 2026-11-29 09:33:20 UTC
 HOUR = 3600.0
@@ -34,7 +34,7 @@ def budget_stop_alert(run_dir: Path) -> Alert:
     ledger.disconnect()
     fc = forecast(snapshot.total_usd, 5.0, 65.54, at=T0 + 14 * HOUR, budget_usd=600.0,
                   deadline_at=T0 + 18 * HOUR)
-    from runtime.alerts import RunEnded, RunOutcome
+    from runtime.accounting.alerts import RunEnded, RunOutcome
 
     policy = AlertPolicy(AlertsConfig(email=("ml-team@example.com",)), run_name="gpt-7b", budget_usd=600.0)
     (alert,) = [a for a in policy.evaluate(snapshot, fc, [RunEnded(RunOutcome.BUDGET_CAP, "checkpoint step 1200")])

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from runtime.alerts import AlertPolicy, AlertsConfig, Replanned, RunEnded, RunOutcome, dispatch
-from runtime.forecast import cap_decision, forecast
-from runtime.ledger import IntervalKey, Ledger
-from runtime.mailer import Mailer
+from runtime.accounting.alerts import AlertPolicy, AlertsConfig, Replanned, RunEnded, RunOutcome, dispatch
+from runtime.accounting.forecast import cap_decision, forecast
+from runtime.accounting.ledger import IntervalKey, Ledger
+from runtime.accounting.mailer import Mailer
 
 from .helpers import HOUR, ON_DEMAND, SPOT, T0
 

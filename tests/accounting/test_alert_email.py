@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import matplotlib.image
 
-from runtime.alert_email import render
-from runtime.ledger import LedgerSnapshot
+from runtime.accounting.alert_email import render
+from runtime.accounting.ledger import LedgerSnapshot
 
 from .helpers import budget_stop_alert
 

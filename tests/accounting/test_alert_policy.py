@@ -6,10 +6,10 @@ import logging
 
 import pytest
 
-from runtime.alerts import (AlertConfigError, AlertKind, AlertPolicy, AlertsConfig, Replanned, RunEnded,
+from runtime.accounting.alerts import (AlertConfigError, AlertKind, AlertPolicy, AlertsConfig, Replanned, RunEnded,
                             RunOutcome, dispatch)
-from runtime.forecast import forecast
-from runtime.ledger import IntervalKey, Ledger
+from runtime.accounting.forecast import forecast
+from runtime.accounting.ledger import IntervalKey, Ledger
 
 from .helpers import HOUR, SPOT, T0
 
@@ -128,11 +128,11 @@ def test_an_alert_that_could_not_be_stored_is_tried_again(tmp_path):
 def test_dispatch_logs_and_swallows_failures(tmp_path, caplog):
     ledger = Ledger(tmp_path)
     spend(ledger, 6.0)
-    with caplog.at_level(logging.ERROR, logger="runtime.alerts"):
+    with caplog.at_level(logging.ERROR, logger="runtime.accounting.alerts"):
         assert dispatch(policy(), ledger, RecordingSink(explode=True), now=T0 + 6 * HOUR) == []
     assert "could not send or record alert actual-0.5" in caplog.text
     ledger.disconnect()
-    with caplog.at_level(logging.ERROR, logger="runtime.alerts"):
+    with caplog.at_level(logging.ERROR, logger="runtime.accounting.alerts"):
         assert dispatch(policy(), ledger, RecordingSink(), now=T0) == []  # closed ledger
     assert "could not evaluate the alert policy" in caplog.text
 

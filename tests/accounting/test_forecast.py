@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.forecast import cap_decision, forecast
+from runtime.accounting.forecast import cap_decision, forecast
 
 from .helpers import HOUR, T0
 

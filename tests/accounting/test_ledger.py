@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.ledger import (FILENAME, IntervalKey, Ledger, LedgerConflictError, LedgerError, PoolSpend,
+from runtime.accounting.ledger import (FILENAME, IntervalKey, Ledger, LedgerConflictError, LedgerError, PoolSpend,
                             spend_curve)
 
 from .helpers import HOUR, ON_DEMAND, SPOT, T0, two_launch_ledger
@@ -173,7 +173,7 @@ def test_corrupt_or_newer_ledgers_are_refused(tmp_path):
 
 _CRASHING_CONTROLLER = textwrap.dedent("""
     import os, signal, sys
-    from runtime.ledger import IntervalKey, Ledger
+    from runtime.accounting.ledger import IntervalKey, Ledger
     T0, HOUR = {t0!r}, 3600.0
     ledger = Ledger(sys.argv[1])
     ledger.record(IntervalKey("launch-1", "i-1"), pool="spot-pool", purchase="spot", hourly_usd=4.0,

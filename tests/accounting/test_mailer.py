@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from runtime.alerts import AlertConfigError, AlertsConfig
-from runtime.mailer import Mailer, OutboxStatus
+from runtime.accounting.alerts import AlertConfigError, AlertsConfig
+from runtime.accounting.mailer import Mailer, OutboxStatus
 
 from .conftest import PASSWORD, USER, Inbox, free_port
 from .helpers import budget_stop_alert
@@ -73,7 +73,7 @@ def test_each_alert_is_delivered_once_with_all_parts(tmp_path, smtp_servers):
 def test_smtp_down_then_up_delivers_the_queue_without_duplicates(tmp_path, smtp_servers, caplog):
     port = free_port(smtp_servers)
     outbox = tmp_path / "outbox"
-    with caplog.at_level(logging.WARNING, logger="runtime.mailer"):
+    with caplog.at_level(logging.WARNING, logger="runtime.accounting.mailer"):
         mailer = Mailer(config(port), outbox, env={}, retry_initial_s=0.3, retry_max_s=0.6, timeout_s=2)
         for alert in alerts(tmp_path, "actual-0.5", "replan-1"):
             assert mailer.send(alert)  # returns at once: SMTP is down
@@ -181,7 +181,7 @@ def test_an_untrusted_certificate_keeps_the_alert_queued(tmp_path, smtp_servers,
     controller, inbox = smtp_servers.start(starttls=server_tls)
     mailer = Mailer(config(controller.port), tmp_path / "outbox", env={}, background=False)
     mailer.send(alerts(tmp_path, "actual-0.5")[0])
-    with caplog.at_level(logging.WARNING, logger="runtime.mailer"):
+    with caplog.at_level(logging.WARNING, logger="runtime.accounting.mailer"):
         assert mailer.flush(timeout_s=5) == 1
     assert "TLS with smtp://127.0.0.1" in caplog.text and "CERTIFICATE_VERIFY_FAILED" in caplog.text
     assert inbox.received == []
@@ -191,7 +191,7 @@ def test_a_permanent_refusal_is_recorded_and_not_retried(tmp_path, smtp_servers,
     controller, _ = smtp_servers.start(Inbox(reply="554 5.7.1 Message rejected as spam"))
     mailer = Mailer(config(controller.port), tmp_path / "outbox", env={}, background=False)
     mailer.send(alerts(tmp_path, "actual-0.5")[0])
-    with caplog.at_level(logging.ERROR, logger="runtime.mailer"):
+    with caplog.at_level(logging.ERROR, logger="runtime.accounting.mailer"):
         assert mailer.flush(timeout_s=5) == 0
         assert mailer.flush(timeout_s=5) == 0
     (entry,) = mailer.entries()
@@ -203,7 +203,7 @@ def test_a_permanent_refusal_is_recorded_and_not_retried(tmp_path, smtp_servers,
 def test_send_never_raises_when_the_outbox_cannot_be_written(tmp_path, caplog):
     blocker = tmp_path / "outbox"
     blocker.write_text("a file where the outbox directory should be")
-    with caplog.at_level(logging.ERROR, logger="runtime.mailer"):
+    with caplog.at_level(logging.ERROR, logger="runtime.accounting.mailer"):
         mailer = Mailer(config(None), blocker, env={})
         assert mailer.send(alerts(tmp_path, "actual-0.5")[0]) is False
         assert mailer.entries() == []

@@ -11,13 +11,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 MODULES = {
-    "runtime.ledger": {"FILENAME", "Interval", "IntervalKey", "Ledger", "LedgerConflictError", "LedgerError",
+    "runtime.accounting.ledger": {"FILENAME", "Interval", "IntervalKey", "Ledger", "LedgerConflictError", "LedgerError",
                        "LedgerSnapshot", "PoolSpend", "spend_curve"},
-    "runtime.forecast": {"CapDecision", "Forecast", "cap_decision", "forecast"},
-    "runtime.alerts": {"Alert", "AlertConfigError", "AlertKind", "AlertPolicy", "AlertSink", "AlertsConfig",
+    "runtime.accounting.forecast": {"CapDecision", "Forecast", "cap_decision", "forecast"},
+    "runtime.accounting.alerts": {"Alert", "AlertConfigError", "AlertKind", "AlertPolicy", "AlertSink", "AlertsConfig",
                        "DEFAULT_THRESHOLDS", "Event", "Replanned", "RunEnded", "RunOutcome", "dispatch"},
-    "runtime.alert_email": {"body_lines", "chart_png", "render", "subject"},
-    "runtime.mailer": {"Mailer", "OutboxEntry", "OutboxStatus", "SmtpTarget"},
+    "runtime.accounting.alert_email": {"body_lines", "chart_png", "render", "subject"},
+    "runtime.accounting.mailer": {"Mailer", "OutboxEntry", "OutboxStatus", "SmtpTarget"},
 }
 
 
@@ -29,8 +29,8 @@ def test_all_lists_exactly_the_public_names(name):
 
 
 def test_importing_the_accounting_modules_loads_neither_torch_nor_matplotlib():
-    code = ("import sys; import runtime.ledger, runtime.forecast, runtime.alerts, runtime.alert_email, "
-            "runtime.mailer; print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))")
+    code = ("import sys; import runtime.accounting.ledger, runtime.accounting.forecast, runtime.accounting.alerts, runtime.accounting.alert_email, "
+            "runtime.accounting.mailer; print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

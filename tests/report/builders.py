@@ -1,9 +1,9 @@
 """Synthetic run directories, written through the runtime's own writers.
 
-``state.json`` by :func:`runtime.run_state.new_state`/``save_state``, ``events.jsonl`` by
-:class:`runtime.events.EventLog`, ``ledger.sqlite`` by :class:`runtime.ledger.Ledger`,
-checkpoints by :meth:`runtime.store.CheckpointStore.commit`, ``work/status.json`` by
-:func:`runtime.contract.write_status` and ``summary.json`` by ``build_summary``. Only the
+``state.json`` by :func:`runtime.control.run_state.new_state`/``save_state``, ``events.jsonl`` by
+:class:`runtime.control.events.EventLog`, ``ledger.sqlite`` by :class:`runtime.accounting.ledger.Ledger`,
+checkpoints by :meth:`runtime.training.store.CheckpointStore.commit`, ``work/status.json`` by
+:func:`runtime.training.contract.write_status` and ``summary.json`` by ``build_summary``. Only the
 times are made up, so a run of hours is built in milliseconds.
 
 The story (simulated hours after ``T0``), 1000 steps, budget $100, deadline 10 h::
@@ -22,12 +22,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from planner.job import load_job
-from runtime import contract
-from runtime.events import EventLog
-from runtime.ledger import IntervalKey, Ledger
+from runtime.training import contract
+from runtime.control.events import EventLog
+from runtime.accounting.ledger import IntervalKey, Ledger
 from runtime.providers.base import PoolSpec
-from runtime.run_state import LaunchRecord, build_summary, new_state, save_state, write_summary
-from runtime.store import CheckpointStore, Manifest
+from runtime.control.run_state import LaunchRecord, build_summary, new_state, save_state, write_summary
+from runtime.training.store import CheckpointStore, Manifest
 
 T0 = 1_796_000_000.0  # 2026-11-30 00:53:20 UTC
 HOUR = 3600.0

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
-from runtime.ledger import Ledger
-from runtime.run_report import usd
+from runtime.accounting.ledger import Ledger
+from runtime.reports.run_report import usd
 from tests.report.builders import finished_run, running_run
 
 

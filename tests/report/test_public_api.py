@@ -7,7 +7,7 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("name", ["runtime.run_view", "runtime.run_report"])
+@pytest.mark.parametrize("name", ["runtime.reports.run_view", "runtime.reports.run_report"])
 def test_all_lists_the_public_names(name: str) -> None:
     module = importlib.import_module(name)
     public = {

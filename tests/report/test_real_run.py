@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
-from runtime.ledger import Ledger
-from runtime.run_report import render_png, usd
-from runtime.run_view import load_run
+from runtime.accounting.ledger import Ledger
+from runtime.reports.run_report import render_png, usd
+from runtime.reports.run_view import load_run
 from tests.run.helpers import REPO, digits_entrypoint, write_catalog, write_job
 
 pytestmark = pytest.mark.ddp

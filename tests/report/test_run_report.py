@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from runtime import alert_email
-from runtime.ledger import Ledger
-from runtime.run_report import (
+from runtime.accounting import alert_email
+from runtime.accounting.ledger import Ledger
+from runtime.reports.run_report import (
     _chart_alert,
     figures,
     render_html,
@@ -23,7 +23,7 @@ from runtime.run_report import (
     write_html,
     write_png,
 )
-from runtime.run_view import load_run
+from runtime.reports.run_view import load_run
 from tests.report.builders import HOUR, T0, SyntheticRun, finished_run, running_run
 
 
@@ -54,7 +54,7 @@ def test_a_silent_running_run_says_how_to_resume(tmp_path: Path) -> None:
 
 def test_a_run_whose_controller_exited_early_says_how_to_resume(tmp_path: Path) -> None:
     run = SyntheticRun(tmp_path).started().running()
-    from runtime.run_state import build_summary, write_summary
+    from runtime.control.run_state import build_summary, write_summary
 
     write_summary(run.run_dir, build_summary(run.state, run.job, run.ledger, run.store))  # status still running
     view = load_run(run.close())
@@ -165,8 +165,8 @@ def test_usd(value: float, text: str) -> None:
 
 
 def test_a_run_stopped_at_its_budget_cap_says_what_finishing_costs(tmp_path: Path) -> None:
-    from runtime.ledger import IntervalKey
-    from runtime.run_state import build_summary, save_state, write_summary
+    from runtime.accounting.ledger import IntervalKey
+    from runtime.control.run_state import build_summary, save_state, write_summary
 
     run = SyntheticRun(tmp_path).started().running()
     run.ledger.close(IntervalKey("l-2", "l-2-n0"), end=T0 + 3 * HOUR, reason="budget cap")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.ledger import Ledger
-from runtime.run_view import NotARunError, RunViewError, find_runs, load_run
+from runtime.accounting.ledger import Ledger
+from runtime.reports.run_view import NotARunError, RunViewError, find_runs, load_run
 from tests.report.builders import HOUR, L1_USD, ON_DEMAND, SPOT, T0, SyntheticRun, finished_run, running_run
 
 
@@ -153,7 +153,7 @@ def test_find_runs_lists_run_directories_only(tmp_path: Path) -> None:
 
 
 def test_the_view_imports_neither_torch_nor_matplotlib() -> None:
-    code = ("import sys, runtime.run_view, runtime.run_report, planner.commands.status, planner.commands.report; "
+    code = ("import sys, runtime.reports.run_view, runtime.reports.run_report, planner.commands.status, planner.commands.report; "
             "print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[2], env={**os.environ, "PYTHONPATH": "."})

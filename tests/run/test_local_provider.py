@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.notices import INTERRUPTION
+from runtime.providers.notices import INTERRUPTION
 from runtime.providers.base import LaunchSpec, Node, NodeState, PoolSpec
 from runtime.providers.local import LocalProvider, is_running, torchrun_argv
 

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from runtime import notices
-from runtime.metadata_server import MetadataServer
-from runtime.notices import (
+from runtime.providers import notices
+from runtime.providers.metadata_server import MetadataServer
+from runtime.providers.notices import (
     INTERRUPTION,
     REBALANCE,
     AwsImdsWatcher,

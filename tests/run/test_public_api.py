@@ -7,8 +7,8 @@ import importlib
 import pytest
 
 MODULES = [
-    "runtime.controller", "runtime.run_state", "runtime.events", "runtime.replan", "runtime.chaos",
-    "runtime.notices", "runtime.metadata_server", "runtime.providers.base", "runtime.providers.local",
+    "runtime.control.controller", "runtime.control.run_state", "runtime.control.events", "runtime.control.replan", "runtime.control.chaos",
+    "runtime.providers.notices", "runtime.providers.metadata_server", "runtime.providers.base", "runtime.providers.local",
 ]
 
 

@@ -9,7 +9,7 @@ import pytest
 from planner.job import load_job
 from planner.policy import ON_DEMAND, PolicyMemory, make_policy
 from pricing.embedded_catalog import load_catalog_path
-from runtime.replan import (
+from runtime.control.replan import (
     Measured,
     ReplanRequest,
     config_rate,

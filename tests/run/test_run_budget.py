@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
-from runtime.events import read_events
+from runtime.control.events import read_events
 from tests.run.helpers import digits_entrypoint, processes_of, write_catalog, write_job
 
 pytestmark = pytest.mark.ddp

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from planner.cli import main
-from runtime.events import read_events
-from runtime.ledger import Ledger
+from runtime.control.events import read_events
+from runtime.accounting.ledger import Ledger
 from tests.run.helpers import digits_entrypoint, final_tensors, processes_of, write_catalog, write_job
 
 pytestmark = pytest.mark.ddp

@@ -10,9 +10,9 @@ import pytest
 
 from planner.cli import main
 from planner.job import load_job
-from runtime.controller import Controller, Tuning
-from runtime.events import read_events
-from runtime.run_state import new_state
+from runtime.control.controller import Controller, Tuning
+from runtime.control.events import read_events
+from runtime.control.run_state import new_state
 from tests.run.helpers import processes_of, write_catalog, write_job
 
 pytestmark = pytest.mark.ddp

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
-from runtime.events import read_events
-from runtime.ledger import Ledger
-from runtime.store import CheckpointStore
+from runtime.control.events import read_events
+from runtime.accounting.ledger import Ledger
+from runtime.training.store import CheckpointStore
 from tests.run.helpers import REPO, digits_entrypoint, processes_of, write_catalog, write_job
 
 pytestmark = pytest.mark.ddp

@@ -10,8 +10,8 @@ import pytest
 
 from planner.cli import main
 from planner.job import load_job
-from runtime.events import EventLog, read_events
-from runtime.run_state import (
+from runtime.control.events import EventLog, read_events
+from runtime.control.run_state import (
     LaunchRecord,
     RunStateError,
     SimClock,

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runtime.contract import LaunchContract
+from runtime.training.contract import LaunchContract
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from runtime.checkpoint import Checkpointer, SaveInfo, tensor_digest
+from runtime.training.checkpoint import Checkpointer, SaveInfo, tensor_digest
 from runtime.errors import CheckpointError
-from runtime.store import CheckpointStore
+from runtime.training.store import CheckpointStore
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime import contract
-from runtime.contract import LaunchContract, Outcome, RunStatus
+from runtime.training import contract
+from runtime.training.contract import LaunchContract, Outcome, RunStatus
 from runtime.errors import ContractError
 
 

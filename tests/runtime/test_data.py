@@ -7,8 +7,8 @@ from collections import Counter
 import pytest
 import torch
 
-from runtime.batching import grad_accumulation
-from runtime.data import GlobalCursorSampler, build_loader, epoch_order, loader_defaults
+from runtime.training.batching import grad_accumulation
+from runtime.training.data import GlobalCursorSampler, build_loader, epoch_order, loader_defaults
 from runtime.errors import SessionConfigError
 
 

@@ -17,9 +17,9 @@ import pytest
 import torch
 from ddp_launch import Launcher, TorchrunJob, is_alive
 
-from runtime import contract
-from runtime.contract import LaunchContract, Outcome
-from runtime.store import CheckpointStore
+from runtime.training import contract
+from runtime.training.contract import LaunchContract, Outcome
+from runtime.training.store import CheckpointStore
 
 pytestmark = pytest.mark.ddp
 

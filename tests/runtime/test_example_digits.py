@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from ddp_launch import REPO_ROOT, Launcher
 
-from runtime import contract
-from runtime.contract import LaunchContract, Outcome
+from runtime.training import contract
+from runtime.training.contract import LaunchContract, Outcome
 
 pytestmark = pytest.mark.ddp
 pytest.importorskip("sklearn", reason="the digits example needs scikit-learn")

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from runtime import interval
+from runtime.training import interval
 
 MIN = 60.0
 HOUR = 3600.0

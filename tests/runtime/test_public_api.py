@@ -13,7 +13,7 @@ from ddp_launch import REPO_ROOT
     "statement",
     [
         "import runtime",
-        "import runtime.interval, runtime.contract, runtime.store, runtime.batching, runtime.seeding",
+        "import runtime.training.interval, runtime.training.contract, runtime.training.store, runtime.training.batching, runtime.training.seeding",
     ],
 )
 def test_import_does_not_load_torch(statement: str) -> None:
@@ -24,9 +24,9 @@ def test_import_does_not_load_torch(statement: str) -> None:
 
 def test_session_is_resolved_lazily_and_callable() -> None:
     code = (
-        "import runtime, sys; assert 'runtime.session' not in sys.modules; "
-        "s = runtime.session; from runtime.session import Session; "
-        "import runtime.session as m; print(callable(runtime.session), m is s, Session.__name__)"
+        "import runtime, sys; assert 'runtime.training.session' not in sys.modules; "
+        "s = runtime.session; from runtime.training.session import Session; "
+        "import runtime.training.session as m; print(callable(runtime.session), m is s, Session.__name__)"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "True", "Session"]

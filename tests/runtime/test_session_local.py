@@ -11,10 +11,11 @@ import pytest
 import torch
 from torch import nn
 
-from runtime import contract, session
+from runtime.training import contract
+from runtime.training import session
 from runtime.errors import SessionConfigError
-from runtime.preemption import Preempted
-from runtime.store import CheckpointStore
+from runtime.training.preemption import Preempted
+from runtime.training.store import CheckpointStore
 
 DATA = torch.utils.data.TensorDataset(
     torch.randn(96, 6, generator=torch.Generator().manual_seed(0)), torch.arange(96) % 3

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runtime.errors import CheckpointError
-from runtime.store import CheckpointStore, Manifest, TensorRecord
+from runtime.training.store import CheckpointStore, Manifest, TensorRecord
 
 
 def _fake_checkpoint(

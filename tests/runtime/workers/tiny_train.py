@@ -1,4 +1,4 @@
-"""A tiny DDP training job driven by runtime.session, for the resume tests.
+"""A tiny DDP training job driven by runtime.training.session, for the resume tests.
 
 Rank 0 records, in the run directory: ``progress`` (the last finished step),
 ``loss.jsonl`` (one line per step) and, when the run completes, ``final.pt`` (the

@@ -23,7 +23,7 @@ import logging
 from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid
 
-from runtime.alerts import Alert, AlertKind, RunOutcome
+from runtime.accounting.alerts import Alert, AlertKind, RunOutcome
 
 __all__ = ["body_lines", "chart_png", "render", "subject"]
 

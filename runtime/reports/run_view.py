@@ -1,6 +1,6 @@
 """What a run directory says, read into one :class:`RunView` for ``planner status`` and ``report``.
 
-A run directory (see :mod:`runtime.controller`) is read, never written: ``state.json``
+A run directory (see :mod:`runtime.control.controller`) is read, never written: ``state.json``
 for the job, the counters and the launches; ``events.jsonl`` for the timeline;
 ``ledger.sqlite`` for every dollar; ``summary.json`` once the controller has exited;
 the checkpoint store and ``work/status.json`` for the progress of a run still going::
@@ -10,14 +10,14 @@ the checkpoint store and ``work/status.json`` for the progress of a run still go
     for entry in view.timeline:                  # launches and decisions, oldest first
         print(entry.t, entry.kind, entry.text, entry.spent_usd)
 
-The ledger is read through :class:`runtime.ledger.Ledger` on a private copy taken with
+The ledger is read through :class:`runtime.accounting.ledger.Ledger` on a private copy taken with
 SQLite's backup API, so the figures are the ledger's own and the controller is never
 blocked. The copy is taken read-only: ``immutable`` when no write-ahead log is beside the
 database (no controller has it open, and SQLite must not leave ``-wal``/``-shm`` files in
 the run directory), a plain read-only connection while a controller writes.
 
 Times are the run's simulated POSIX seconds (the clock billing uses; see
-:mod:`runtime.run_state`). ``as_of`` is the last sign of life in the files: the last
+:mod:`runtime.control.run_state`). ``as_of`` is the last sign of life in the files: the last
 event or the last billed heartbeat; spend is what the ledger has billed up to then.
 """
 
@@ -35,15 +35,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from planner.job import JobSpec
-from runtime import contract, forecast
+from runtime.training import contract
+from runtime.accounting import forecast
 from runtime.errors import CheckpointError, ContractError, RuntimeFailure
-from runtime.events import FILENAME as EVENTS_FILE
-from runtime.events import read_events
-from runtime.ledger import FILENAME as LEDGER_FILE
-from runtime.ledger import Interval, Ledger, LedgerSnapshot, PoolSpend
+from runtime.control.events import FILENAME as EVENTS_FILE
+from runtime.control.events import read_events
+from runtime.accounting.ledger import FILENAME as LEDGER_FILE
+from runtime.accounting.ledger import Interval, Ledger, LedgerSnapshot, PoolSpend
 from runtime.providers.base import PoolSpec
-from runtime.run_state import STATE_FILE, SUMMARY_FILE, LaunchRecord, RunState, load_state, work_done_units
-from runtime.store import CheckpointStore
+from runtime.control.run_state import STATE_FILE, SUMMARY_FILE, LaunchRecord, RunState, load_state, work_done_units
+from runtime.training.store import CheckpointStore
 
 __all__ = [
     "NotARunError",

@@ -16,7 +16,7 @@
 What the session does around that loop:
 
 * wraps the model in DDP (gloo on CPU, nccl on GPU) and moves batches to the device;
-* feeds each rank its share of a global sample stream (:mod:`runtime.data`), and keeps
+* feeds each rank its share of a global sample stream (:mod:`runtime.training.data`), and keeps
   the global batch constant at any world size by accumulating gradients;
 * seeds torch, ``random`` and numpy from ``(seed, step, slot)`` before every micro-batch,
   where the slot is the micro-batch's place in the global batch, so randomness needs no
@@ -25,9 +25,9 @@ What the session does around that loop:
   scaler, step, sample cursor and ``extras``;
 * checkpoints asynchronously at the Young/Daly interval (or every N steps), on a
   ``checkpoint`` request, on SIGTERM or a ``stop`` request -- after which it raises
-  :class:`~runtime.preemption.Preempted` (exit code 75) -- and when the loop ends.
+  :class:`~runtime.training.preemption.Preempted` (exit code 75) -- and when the loop ends.
 
-The controller configures it through the environment (:mod:`runtime.contract`).
+The controller configures it through the environment (:mod:`runtime.training.contract`).
 """
 
 from __future__ import annotations
@@ -46,18 +46,20 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.nn.parallel import DistributedDataParallel
 
-from runtime import contract, distributed, state_tree
-from runtime.batching import grad_accumulation
-from runtime.checkpoint import Checkpointer, SaveInfo, SaveReport
-from runtime.data import GlobalCursorSampler, build_loader
+from runtime.training import contract
+from runtime.training import distributed
+from runtime.training import state_tree
+from runtime.training.batching import grad_accumulation
+from runtime.training.checkpoint import Checkpointer, SaveInfo, SaveReport
+from runtime.training.data import GlobalCursorSampler, build_loader
 from runtime.errors import CheckpointError, SessionConfigError
-from runtime.interval import IntervalEstimator
-from runtime.precision import MixedPrecision
-from runtime.preemption import ControlWatcher, Preempted, StopSignals, agree
-from runtime.seeding import derive_seed
-from runtime.store import CheckpointStore
+from runtime.training.interval import IntervalEstimator
+from runtime.training.precision import MixedPrecision
+from runtime.training.preemption import ControlWatcher, Preempted, StopSignals, agree
+from runtime.training.seeding import derive_seed
+from runtime.training.store import CheckpointStore
 
-log = logging.getLogger("runtime.session")
+log = logging.getLogger("runtime.training.session")
 
 _RNG_TAG = 0x524E47
 DEFAULT_KEEP_LAST = 3
@@ -294,7 +296,7 @@ class Session:
 
         Returns True when the optimizer stepped (``global_step`` and ``loss`` are then
         updated). At that step boundary the ranks agree on stop/checkpoint requests; a stop saves a
-        checkpoint and raises :class:`~runtime.preemption.Preempted`.
+        checkpoint and raises :class:`~runtime.training.preemption.Preempted`.
         """
         if not self._awaiting_step:
             raise SessionConfigError("s.step(loss) was called without a batch from s.batches().")
@@ -511,8 +513,8 @@ def session(model: torch.nn.Module, optimizer: torch.optim.Optimizer, **options:
 
 
 class _CallableModule(types.ModuleType):
-    # ``runtime.session`` is this module once it is imported (the import system sets the
-    # package attribute), yet the documented API is ``runtime.session(model, ...)``:
+    # ``runtime.session`` (``runtime.training.session``) is this module once it is imported, yet the
+    # documented API is ``runtime.session(model, ...)``:
     # making the module callable keeps both spellings working.
     def __call__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, **options: Any) -> Session:
         return session(model, optimizer, **options)

@@ -1,7 +1,7 @@
 """Saving and loading a flat training state with torch.distributed.checkpoint (DCP).
 
 A :class:`Checkpointer` writes each checkpoint into a fresh ``step-N/`` directory of a
-:class:`~runtime.store.CheckpointStore`, asynchronously by default: ``save`` returns once
+:class:`~runtime.training.store.CheckpointStore`, asynchronously by default: ``save`` returns once
 the state is staged to CPU memory and training goes on while a background thread writes,
 then rank 0 digests the files and commits the manifest, then prunes. Only one save is in
 flight at a time; the next ``save`` waits for the previous commit.
@@ -33,9 +33,9 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
 from runtime.errors import CheckpointError
-from runtime.store import CheckpointStore, Manifest, TensorRecord
+from runtime.training.store import CheckpointStore, Manifest, TensorRecord
 
-log = logging.getLogger("runtime.checkpoint")
+log = logging.getLogger("runtime.training.checkpoint")
 
 # DCP reports rank failures as CheckpointException, which derives from BaseException.
 _SAVE_ERRORS = (Exception, CheckpointException)
@@ -114,7 +114,7 @@ class Checkpointer:
 
     # -- saving -------------------------------------------------------------------------
     def save(self, state: dict[str, Any], info: SaveInfo, *, block: bool = False) -> SaveReport | None:
-        """Save ``state`` (flat, see :mod:`runtime.state_tree`) as ``step-{info.step}``.
+        """Save ``state`` (flat, see :mod:`runtime.training.state_tree`) as ``step-{info.step}``.
 
         Returns the report when ``block`` (or when the writer is synchronous); otherwise
         None, and the report comes from a later :meth:`poll` or :meth:`wait`. A failed

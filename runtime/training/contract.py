@@ -1,7 +1,7 @@
 """The contract between the controller (supervisor) and a training process.
 
 Three channels, all plain files and environment variables so that a training script that
-does not use :mod:`runtime.session` can honour them too (see ``docs/runtime.md``):
+does not use :mod:`runtime.training.session` can honour them too (see ``docs/runtime.md``):
 
 Controller -> training process, at launch (environment, read once):
 
@@ -54,7 +54,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pricing import atomic_file
+from danlu import atomic_file
 from runtime.errors import ContractError
 
 EXIT_COMPLETED = 0
@@ -298,7 +298,7 @@ def read_request(control_file: str | os.PathLike[str]) -> ControlRequest | None:
     except (ValueError, KeyError, TypeError) as exc:
         raise ContractError(
             f"{path}: not a valid control request ({exc}). To fix: write it with "
-            "runtime.contract.request_checkpoint()."
+            "runtime.training.contract.request_checkpoint()."
         ) from exc
     if request.action not in ("stop", "checkpoint"):
         raise ContractError(f"{path}: key 'action' is {request.action!r}; expected 'stop' or 'checkpoint'.")

@@ -20,7 +20,7 @@ Azure        ``GET /metadata/scheduledevents?api-version=...``      >= 30 s; ``E
 
 The watchers here are what runs on a cloud node; the local provider serves each
 simulated node a real HTTP server on 127.0.0.1 speaking the same protocols
-(:mod:`runtime.metadata_server`), so these classes are the code under test.
+(:mod:`runtime.providers.metadata_server`), so these classes are the code under test.
 
 A watcher's :meth:`check` makes one round of requests and returns a :class:`Notice` or
 ``None``; :class:`NoticeWatch` runs one in a thread and reports each notice once::
@@ -65,7 +65,7 @@ __all__ = [
     "watcher_for",
 ]
 
-log = logging.getLogger("runtime.notices")
+log = logging.getLogger("runtime.providers.notices")
 
 AWS_BASE_URL = "http://169.254.169.254"
 GCP_BASE_URL = "http://metadata.google.internal"

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from runtime.seeding import derive_seed
+from runtime.training.seeding import derive_seed
 
 _EPOCH_SEED_TAG = 0x5A4D
 

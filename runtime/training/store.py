@@ -31,13 +31,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from pricing import atomic_file
+from danlu import atomic_file
 from runtime.errors import CheckpointError
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
-    from runtime.contract import Resume
+    from runtime.training.contract import Resume
 
 STEP_PREFIX = "step-"
 MANIFEST_FILE = "manifest.json"

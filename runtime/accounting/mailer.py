@@ -42,9 +42,9 @@ from email.parser import BytesParser
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pricing import atomic_file
-from runtime.alert_email import render
-from runtime.alerts import Alert, AlertConfigError, AlertsConfig
+from danlu import atomic_file
+from runtime.accounting.alert_email import render
+from runtime.accounting.alerts import Alert, AlertConfigError, AlertsConfig
 
 __all__ = ["Mailer", "OutboxEntry", "OutboxStatus", "SmtpTarget"]
 

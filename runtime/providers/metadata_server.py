@@ -1,7 +1,7 @@
 """A local metadata service that speaks AWS IMDSv2, GCP metadata and Azure Scheduled Events.
 
 The local provider starts one per simulated node, on 127.0.0.1 and a port the kernel
-picks, so that the notice watchers of :mod:`runtime.notices` -- the code that runs on
+picks, so that the notice watchers of :mod:`runtime.providers.notices` -- the code that runs on
 cloud nodes -- are exercised over real HTTP. What each protocol enforces, as the clouds
 do (see ``shared/research/cloud-apis.md`` §1.5, §2.3, §3.3):
 

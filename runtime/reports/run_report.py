@@ -1,9 +1,9 @@
-"""How a :class:`~runtime.run_view.RunView` is shown: terminal tables, a PNG and an HTML page.
+"""How a :class:`~runtime.reports.run_view.RunView` is shown: terminal tables, a PNG and an HTML page.
 
 The picture has two panels, one above the other, on the same time axis (hours since
 the first billed interval)::
 
-    ┌ spend ─────────────────────────────┐   drawn by runtime.alert_email.chart_png:
+    ┌ spend ─────────────────────────────┐   drawn by runtime.accounting.alert_email.chart_png:
     │      ____/‾‾‾‾‾‾‾ - - - forecast   │   spent, forecast, budget, thresholds, deadline
     ├ pools ─────────────────────────────┤
     │ aws ... spot   ████X               │   one lane per pool and purchase option: a bar
@@ -27,10 +27,10 @@ from dataclasses import replace
 
 from rich.table import Table
 
-from pricing import atomic_file
-from runtime import alert_email
-from runtime.alerts import Alert, AlertKind
-from runtime.run_view import RunView
+from danlu import atomic_file
+from runtime.accounting import alert_email
+from runtime.accounting.alerts import Alert, AlertKind
+from runtime.reports.run_view import RunView
 
 __all__ = [
     "figures",

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from planner.job import JobSpec
-from pricing import atomic_file
+from danlu import atomic_file
 from runtime.errors import RuntimeFailure
-from runtime.ledger import Ledger
+from runtime.accounting.ledger import Ledger
 from runtime.providers.base import Node, PoolSpec
-from runtime.replan import config_rate, raised_rate
-from runtime.store import CheckpointStore
+from runtime.control.replan import config_rate, raised_rate
+from runtime.training.store import CheckpointStore
 
 __all__ = [
     "LaunchRecord",

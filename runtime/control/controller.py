@@ -36,16 +36,18 @@ from planner.report import plan_json
 from pricing import risk
 from pricing.catalog import Catalog
 from pricing.sources import resolve_catalog
-from runtime import alerts, contract, forecast
-from runtime.chaos import ChaosClock, parse_chaos
-from runtime.events import FILENAME as EVENTS_FILE
-from runtime.events import EventLog
-from runtime.ledger import IntervalKey, Ledger
-from runtime.mailer import Mailer
-from runtime.notices import INTERRUPTION, Notice
+from runtime.accounting import alerts
+from runtime.training import contract
+from runtime.accounting import forecast
+from runtime.control.chaos import ChaosClock, parse_chaos
+from runtime.control.events import FILENAME as EVENTS_FILE
+from runtime.control.events import EventLog
+from runtime.accounting.ledger import IntervalKey, Ledger
+from runtime.accounting.mailer import Mailer
+from runtime.providers.notices import INTERRUPTION, Notice
 from runtime.providers.base import LaunchSpec, Node, NodeState, PoolSpec, Provider
 from runtime.providers.local import LocalProvider
-from runtime.replan import (
+from runtime.control.replan import (
     Measured,
     ReplanRequest,
     decide,
@@ -53,7 +55,7 @@ from runtime.replan import (
     pool_interruption_rate,
     replan_or_late,
 )
-from runtime.run_state import (
+from runtime.control.run_state import (
     LaunchRecord,
     Progress,
     RunState,
@@ -65,7 +67,7 @@ from runtime.run_state import (
     work_done_units,
     write_summary,
 )
-from runtime.store import CheckpointStore
+from runtime.training.store import CheckpointStore
 
 __all__ = [
     "Controller",

@@ -13,7 +13,7 @@ A spec is ``;``-separated ``key=value`` clauses (the flag may also be repeated):
 
 Durations take ``ms``, ``s``, ``m`` or ``h`` (a bare number is seconds). Every
 preemption is announced on the node's metadata server ahead of the kill, by the cloud's
-lead time (:data:`runtime.notices.NOTICE_LEAD_S`: AWS 2 min, GCP and Azure 30 s) divided
+lead time (:data:`runtime.providers.notices.NOTICE_LEAD_S`: AWS 2 min, GCP and Azure 30 s) divided
 by the time scale.
 
 A preemption whose time comes while no node is running is applied to the next node

@@ -27,16 +27,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from runtime import contract
+from runtime.training import contract
 from runtime.errors import ContractError
 
-log = logging.getLogger("runtime.preemption")
+log = logging.getLogger("runtime.training.preemption")
 
 
 class Preempted(SystemExit):
     """Raised out of the training loop after the preemption checkpoint is committed.
 
-    A ``SystemExit`` whose code is :data:`runtime.contract.EXIT_PREEMPTED`, so an
+    A ``SystemExit`` whose code is :data:`runtime.training.contract.EXIT_PREEMPTED`, so an
     unhandled one ends the process with that code after ``finally`` blocks have run.
     """
 

@@ -33,8 +33,8 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from runtime.errors import RuntimeFailure
-from runtime.forecast import Forecast
-from runtime.ledger import Ledger, LedgerSnapshot
+from runtime.accounting.forecast import Forecast
+from runtime.accounting.ledger import Ledger, LedgerSnapshot
 
 __all__ = [
     "Alert",
@@ -321,7 +321,7 @@ def _ended_headline(event: RunEnded) -> str:
 
 
 class AlertSink(Protocol):
-    """Where alerts go (a :class:`runtime.mailer.Mailer`).  ``send`` returns True once the
+    """Where alerts go (a :class:`runtime.accounting.mailer.Mailer`).  ``send`` returns True once the
     alert is durably stored or delivered, and never raises."""
 
     def send(self, alert: Alert) -> bool: ...

@@ -1,0 +1,1 @@
+"""The controller behind ``planner run``: its durable state, events, re-planning and chaos."""

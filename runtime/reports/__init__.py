@@ -1,0 +1,1 @@
+"""Read-only views of a run directory for ``planner status`` and ``planner report``."""
