@@ -14,8 +14,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-NOTICE_HOURS = {"aws": 2 / 60, "gcp": 0.5 / 60, "azure": 0.5 / 60}
-"""Interruption notice lead time per cloud (AWS 2 min; GCP and Azure about 30 s)."""
 
 
 def young_interval(checkpoint_hours: float, mtbf_hours: float) -> float:

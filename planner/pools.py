@@ -18,10 +18,11 @@ import numpy as np
 
 from planner.errors import PlannerError
 from planner.job import JobSpec
-from planner.overhead import NOTICE_HOURS, SpotOverhead, spot_overhead
+from planner.overhead import SpotOverhead, spot_overhead
 from planner.workload import WorkModel
 from pricing.carbon import kg_co2e_per_node_hour
 from pricing.catalog import HOURS_PER_YEAR, Catalog, CatalogFilter, Offering
+from pricing.clouds import notice_lead_s
 from pricing.risk import interruption_rate as default_interruption_rate
 
 HELD = "reserved_held"
@@ -158,7 +159,7 @@ def _config(job, work, o, purchase, price, n, raw, risk, carbon):
             nodes=n,
             checkpoint_hours=ckpt_h,
             restart_hours=job.overheads.restart_minutes / 60.0 + ckpt_h,
-            notice_hours=NOTICE_HOURS.get(o.cloud, 0.5 / 60),
+            notice_hours=notice_lead_s(o.cloud) / 3600,
             nominal_hours=work.work / raw,
         )
         if overhead is None:

@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from pricing.clouds import NOTICE_LEAD_S
 from runtime.errors import RuntimeFailure
 
 __all__ = [
@@ -73,8 +74,6 @@ AZURE_BASE_URL = "http://169.254.169.254"
 AZURE_API_VERSION = "2020-07-01"
 AWS_TOKEN_TTL_S = 21600
 
-NOTICE_LEAD_S = {"aws": 120.0, "gcp": 30.0, "azure": 30.0}
-"""How long before the reclaim each cloud gives notice (AWS 2 min, GCP spot and Azure 30 s)."""
 
 INTERRUPTION = "interruption"
 REBALANCE = "rebalance"
