@@ -184,6 +184,7 @@ class Session:
         start_position = self.samples_seen
         self._last_save_step = self.global_step if self.resumed_from is not None else -1
         self._last_save_time = time.monotonic()
+        self._saved_this_launch = False
         if ctx.rank == 0:
             self._write_status("running", reason=None)
         self._signals = StopSignals()
@@ -364,8 +365,9 @@ class Session:
             return False
         interval = self._estimator.interval_s
         if interval is None:
-            # C is unknown: an early checkpoint measures it (and proves the storage works).
-            return self._last_save_step < 0
+            # C is unknown: an early checkpoint measures it (and proves the storage works). A
+            # resumed launch must take one too, or it never learns C and never saves on schedule.
+            return not self._saved_this_launch and self.global_step != self._last_save_step
         return time.monotonic() - self._last_save_time >= interval
 
     def _save(self, reason: str, *, block: bool, request_id: str | None = None) -> None:
@@ -381,6 +383,7 @@ class Session:
         self._checkpointer.save(state_tree.flatten(self._state_tree()), info, block=block)
         self._last_save_step = self.global_step
         self._last_save_time = time.monotonic()
+        self._saved_this_launch = True
         self._observe()
 
     def _observe(self) -> None:

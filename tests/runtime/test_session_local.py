@@ -128,6 +128,18 @@ def test_young_daly_interval_checkpoints_early_to_measure_the_cost(tmp_path: Pat
     assert s.interval_s is not None and s.interval_s > 0
 
 
+def test_a_resumed_launch_checkpoints_on_schedule_too(tmp_path: Path) -> None:
+    # A launch that starts from a checkpoint used to wait for a cost it never measured and
+    # so never saved again: a second failure lost everything since the resume.
+    env = {"DANLU_CHECKPOINT_EVERY_STEPS": "", "DANLU_MTBF_S": "7200"}
+    with pytest.raises(Preempted):
+        _train(tmp_path, env=env, on_step=_stop_at(5))
+    _, s = _train(tmp_path, env=env)
+    assert s.resumed_from == 6
+    assert [r.step for r in s.checkpoints] == [7, 12]
+    assert s.interval_s is not None and s.interval_s > 0
+
+
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_mixed_precision_trains_and_resumes(tmp_path: Path, precision: str) -> None:
     expected, _ = _train(tmp_path / "straight", precision=precision)
