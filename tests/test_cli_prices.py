@@ -94,8 +94,16 @@ def test_show_lists_unpriced_rows_last(capsys, tmp_path):
 
 
 def test_show_reports_no_match(capsys):
-    assert main(["prices", "show", "--gpu", "NoSuchGPU"]) == 0
+    # Both names exist, but no cloud sells that GPU in that cloud.
+    assert main(["prices", "show", "--cloud", "azure", "--gpu", "A10G"]) == 0
     assert "No offerings match" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flag, name", [("--cloud", "foo"), ("--gpu", "NoSuchGPU")])
+def test_show_refuses_a_name_the_catalog_does_not_have(capsys, flag, name):
+    assert main(["prices", "show", flag, name]) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} {name}: not in the catalog" in err and "known:" in err
 
 
 def test_import_writes_an_offerings_csv_that_show_merges(capsys, tmp_path, isolated):

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from planner.errors import PlannerError
 from pricing.catalog import PURCHASE_OPTIONS, Catalog, CatalogFilter, Offering
 from pricing.embedded_catalog import imported_dir, write_offerings_csv
 from pricing.errors import CatalogFormatError
@@ -109,6 +110,14 @@ def _count(text: str) -> int:
     return value
 
 
+def _known(given: list[str], known: tuple[str, ...], flag: str, origin: str) -> None:
+    """A name the catalog has never heard of is a typo, not an empty result."""
+    lower = {k.lower() for k in known}
+    unknown = [g for g in given if g.lower() not in lower]
+    if unknown:
+        raise PlannerError(f"{flag} {', '.join(unknown)}: not in the catalog ({origin}); known: {', '.join(known)}")
+
+
 def _date(text: str) -> dt.date:
     try:
         return dt.date.fromisoformat(text)
@@ -118,6 +127,8 @@ def _date(text: str) -> dt.date:
 
 def _show(args: argparse.Namespace, console: Console) -> int:
     catalog = resolve_catalog(args.catalog)
+    _known(args.cloud, catalog.clouds, "--cloud", catalog.origin)
+    _known(args.gpu, catalog.gpus, "--gpu", catalog.origin)
     rows = select(catalog, gpus=args.gpu, clouds=args.cloud, regions=args.region, purchase=args.purchase)
     limit = args.limit if args.limit is not None else (0 if args.json else DEFAULT_TABLE_ROWS)
     shown = rows[:limit] if limit > 0 else rows
