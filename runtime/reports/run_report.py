@@ -116,9 +116,7 @@ def _forecast_rows(view: RunView) -> list[tuple[str, str]]:
         return rows
     rows.append(("Ended", f"{when(view.as_of)} after {view.hours:,.2f} h"))
     if view.deadline_at is not None:
-        late = (view.as_of - view.deadline_at) / 3600
-        verdict = f"met with {-late:,.2f} h to spare" if late <= 0 else f"passed {late:,.2f} h before the end"
-        rows.append(("Deadline", f"{when(view.deadline_at)} ({verdict})"))
+        rows.append(("Deadline", f"{when(view.deadline_at)} ({_deadline_verdict(view)})"))
     if view.status != "completed" and fc is not None and fc.remaining_hours > 0:
         more = f"{usd(fc.remaining_usd)} more for {fc.remaining_hours:,.2f} h on the last pool"
         rows.append(("To finish", f"{more}, {usd(fc.total_usd)} in total"))
@@ -163,6 +161,24 @@ def timeline_table(view: RunView) -> Table:
     return table
 
 
+def _deadline_verdict(view: RunView) -> str:
+    """How an ended run stands against its deadline: only a finished job can have met it."""
+    late = (view.as_of - view.deadline_at) / 3600
+    if view.status == "completed":
+        return f"met with {-late:,.2f} h to spare" if late <= 0 else f"missed by {late:,.2f} h"
+    if late <= 0:
+        return f"not met: the run ended {view.status} {-late:,.2f} h before it"
+    return f"not met: passed {late:,.2f} h before the run ended {view.status}"
+
+
+def _slack_hours(view: RunView) -> float | None:
+    """Deadline minus the (expected) end; None where there is no deadline or the job will not finish."""
+    if view.deadline_at is None or not (view.running or view.status == "completed"):
+        return None
+    end = view.eta if view.running else view.as_of
+    return None if end is None else (view.deadline_at - end) / 3600
+
+
 def status_table(views: list[RunView]) -> Table:
     """One row per run, narrow enough for 120 columns (``planner status RUN_DIR`` has the rest)."""
     table = Table(title="Runs", title_justify="left", show_edge=False)
@@ -173,8 +189,7 @@ def status_table(views: list[RunView]) -> Table:
         forecast = usd(fc.total_usd) if fc else "?"
         if fc and fc.budget_fraction is not None:
             forecast += f" ({fc.budget_fraction:.0%})"
-        end = view.eta if view.running else view.as_of
-        slack = None if view.deadline_at is None or end is None else (view.deadline_at - end) / 3600
+        slack = _slack_hours(view)
         table.add_row(
             view.run_dir.name, view.status, f"{view.progress:.0%}" if view.progress is not None else "?",
             usd(view.spent_usd), forecast, f"in {(view.eta - view.as_of) / 3600:,.2f} h" if view.eta else "-",

@@ -19,6 +19,7 @@ from runtime.reports.run_report import (
     figures,
     render_html,
     render_png,
+    status_table,
     usd,
     write_html,
     write_png,
@@ -68,6 +69,21 @@ def test_figures_of_a_finished_run(tmp_path: Path) -> None:
     assert rows["Ended"] == "2026-11-30 05:53:20 UTC after 5.00 h"
     assert rows["Deadline"] == "2026-11-30 10:53:20 UTC (met with 5.00 h to spare)"
     assert "ETA" not in rows and "Pool" not in rows and "To finish" not in rows
+
+
+@pytest.mark.parametrize("status", ["failed", "cancelled", "infeasible", "budget_cap"])
+def test_an_unfinished_run_never_met_its_deadline(tmp_path: Path, status: str) -> None:
+    from runtime.control.run_state import build_summary, save_state, write_summary
+
+    run = SyntheticRun(tmp_path).started().running()
+    run.state.status, run.state.active = status, False
+    save_state(run.run_dir, run.state)
+    write_summary(run.run_dir, build_summary(run.state, run.job, run.ledger, run.store))
+    view = load_run(run.close())
+    deadline = _rows(view)["Deadline"]
+    assert "spare" not in deadline and deadline.endswith(f"(not met: the run ended {status} 7.00 h before it)")
+    table = status_table([view])
+    assert table.columns[6].header == "slack" and list(table.columns[6].cells) == ["-"]
 
 
 def test_png_is_the_alert_chart_above_a_timeline_of_both_pools(tmp_path: Path) -> None:
