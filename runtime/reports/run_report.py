@@ -82,6 +82,9 @@ def figures(view: RunView, *, now: float | None = None) -> list[tuple[str, str]]
     rows.append(("Recoveries", ", ".join(recoveries)))
     if view.alerts_sent:
         rows.append(("Alerts sent", ", ".join(view.alerts_sent)))
+    if view.alerts_queued:
+        rows.append(("Alerts queued", f"{view.alerts_queued} not delivered yet"
+                     + ("" if view.running else f"; deliver them with `planner alerts flush {view.run_dir}`")))
     rows.extend(("Warning", problem) for problem in view.problems)
     return rows
 

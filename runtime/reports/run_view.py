@@ -139,6 +139,7 @@ class RunView:
     thresholds: tuple[float, ...]
     alerts_sent: tuple[str, ...]
     problems: tuple[str, ...]
+    alerts_queued: int = 0
 
     @property
     def running(self) -> bool:
@@ -185,7 +186,8 @@ class RunView:
                       for p in self.by_pool],
             "timeline": [{"t": _iso(e.t), "kind": e.kind, "text": e.text, "spent_usd": e.spent_usd,
                           "cost_usd": e.cost_usd} for e in self.timeline],
-            "alerts_sent": list(self.alerts_sent), "problems": list(self.problems),
+            "alerts_sent": list(self.alerts_sent), "alerts_queued": self.alerts_queued,
+            "problems": list(self.problems),
         }
 
 
@@ -266,7 +268,19 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunView:
         by_pool=snapshot.by_pool, snapshot=snapshot, segments=segments,
         timeline=_timeline(events, segments, intervals),
         thresholds=tuple(job.alerts.thresholds), alerts_sent=tuple(sorted(sent)), problems=tuple(problems),
+        alerts_queued=_queued_alerts(path / "outbox"),
     )
+
+
+def _queued_alerts(outbox: Path) -> int:
+    """Alerts the outbox still waits to deliver, read without touching it (the mailer owns it)."""
+    count = 0
+    for state_file in outbox.glob("*.json"):
+        try:
+            count += json.loads(state_file.read_text(encoding="utf-8")).get("status") == "queued"
+        except (OSError, ValueError, AttributeError):
+            continue
+    return count
 
 
 # -- reading the files ------------------------------------------------------------------
