@@ -46,11 +46,29 @@ def test_show_prints_a_table_cheapest_gpu_hour_first(capsys):
     assert main(["prices", "show", "--gpu", "V100", "--cloud", "aws", "--region", "us-east-1", "--limit", "4"]) == 0
     out = capsys.readouterr().out
     assert "embedded snapshot" in out
-    for header in ("cloud", "region", "zone", "instance type", "on-demand", "spot", "1y", "3y", "$/GPU-h", "spot risk"):
+    for header in ("where", "instance type", "on-demand", "spot", "1y", "3y", "$/GPU-h", "spot risk"):
         assert header in out
+    assert "aws:us-east-1/use1-az" in out
     assert "V100×1" in out or "V100×4" in out or "V100×8" in out
     assert "3.060" in out  # p3 on-demand per GPU in us-east-1
     assert "more rows; use --limit 0" in out
+
+
+def test_show_at_80_columns_keeps_every_pool_name_whole():
+    from rich.console import Console
+
+    console = Console(width=80, record=True)
+    from planner.commands.prices import price_table
+    from pricing.sources import resolve_catalog
+
+    catalog = resolve_catalog(None)
+    console.print(price_table(list(catalog)[:300], None, title=catalog.origin, width=80))
+    out = console.export_text()
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "…" not in out
+    for o in list(catalog)[:300]:
+        assert f"{o.cloud}:{o.location}" in out and o.instance_type in out
+    assert "on-demand" in out and "spot" in out and "$/GPU-h" in out
 
 
 def test_show_json_is_a_list_of_offerings_sorted_by_price_per_gpu(capsys):

@@ -22,6 +22,7 @@ from pathlib import Path
 from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
 from planner.errors import PlannerError
@@ -138,7 +139,7 @@ def _show(args: argparse.Namespace, console: Console) -> int:
     if not rows:
         console.print(f"No offerings match in {escape(catalog.origin)}.")
         return 0
-    console.print(price_table(shown, args.purchase, title=catalog.origin))
+    console.print(price_table(shown, args.purchase, title=catalog.origin, width=console.width))
     if len(shown) < len(rows):
         console.print(f"{len(rows) - len(shown)} more rows; use --limit 0 to see all, or filter with --gpu/--cloud/--region.")
     return 0
@@ -185,48 +186,58 @@ def offering_json(o: Offering) -> dict[str, object]:
     return data
 
 
-def price_table(rows: list[Offering], purchase: str | None, title: str) -> Table:
+def price_table(rows: list[Offering], purchase: str | None, title: str, width: int | None = None) -> Table:
     """A rich table of offerings with their prices, the sort price per GPU-hour and spot risk.
 
-    Prices never shrink (a clipped price misleads); names do when the terminal is narrow.
-    The 1y/3y and zone columns appear only when some row has a value there, and a date
-    shared by every row goes into the title instead of a column.
+    Nothing is ever clipped: where an instance type is sold (``cloud:region/zone``, as pool
+    ids spell it), the instance type and the prices keep their full width; when the
+    terminal is narrower than the table, less important columns are left out instead
+    (the date, GPU memory, 3y and 1y prices, spot risk, GPUs, in that order). The 1y/3y columns
+    appear only when some row has a value there, and a date shared by every row goes into
+    the title instead of a column.
     """
     dates = sorted({o.as_of for o in rows})
     if len(dates) == 1:
         title = f"{title} — prices as of {dates[0].isoformat()}"
-    columns: list[tuple[str, Callable[[Offering], str]]] = [
-        ("cloud", lambda o: o.cloud),
-        ("region", lambda o: o.region),
+    # (header, render, right-aligned, drop rank: higher is dropped first; 0 never)
+    columns: list[tuple[str, Callable[[Offering], str], bool, int]] = [
+        ("where", lambda o: escape(f"{o.cloud}:{o.location}"), False, 0),
+        ("instance type", lambda o: escape(o.instance_type), False, 0),
+        ("GPU×n", lambda o: f"{o.gpu}×{o.gpus_per_node}", False, 1),
+        ("mem", lambda o: f"{o.gpu_memory_gb:g}G", False, 5),
     ]
-    if any(o.zone for o in rows):
-        columns.append(("zone", lambda o: o.zone or ""))
-    columns += [
-        ("instance type", lambda o: escape(o.instance_type)),
-        ("GPU×n", lambda o: f"{o.gpu}×{o.gpus_per_node}"),
-        ("mem", lambda o: f"{o.gpu_memory_gb:g}G"),
-    ]
-    numeric_from = len(columns)
     for option in _PRICE_HEADERS:
         if option in ("on_demand", "spot") or any(o.price(option) is not None for o in rows):
-            columns.append((_PRICE_HEADERS[option], lambda o, option=option: _money(o.price(option))))
+            rank = {"reserved_1y": 3, "reserved_3y": 4}.get(option, 0)
+            columns.append((_PRICE_HEADERS[option], lambda o, option=option: _money(o.price(option)), True, rank))
     sort_header = "$/GPU-h" if purchase in (None, "on_demand") else f"$/GPU-h {_PRICE_HEADERS[purchase]}"
-    columns.append((sort_header, lambda o: _money(_per_gpu(o, purchase))))
-    numeric_to = len(columns)
-    columns.append(("spot risk/h", _risk))
+    columns.append((sort_header, lambda o: _money(_per_gpu(o, purchase)), True, 0))
+    columns.append(("spot risk/h", _risk, False, 2))
     if len(dates) > 1:
-        columns.append(("as of", lambda o: o.as_of.isoformat()))
+        columns.append(("as of", lambda o: o.as_of.isoformat(), False, 6))
 
-    cells = [[render(o) for _, render in columns] for o in rows]
-    table = Table(title=escape(title), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
-                  padding=(0, 1, 0, 0), pad_edge=False)
-    for i, (header, _) in enumerate(columns):
-        numeric = numeric_from <= i < numeric_to
-        fixed = i >= numeric_from - 2  # GPU, memory, prices, risk and date keep their full width
-        width = max([len(header)] + [len(row[i]) for row in cells]) if fixed else None
-        table.add_column(header, justify="right" if numeric else "left", no_wrap=True, min_width=width)
-    for row in cells:
-        table.add_row(*row)
+    cells = [[render(o) for _, render, _, _ in columns] for o in rows]
+    widths = [max([len(header)] + [len(row[i]) for row in cells]) for i, (header, *_) in enumerate(columns)]
+
+    def build(keep: list[int]) -> Table:
+        table = Table(title=escape(title), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
+                      padding=(0, 1, 0, 0), pad_edge=False)
+        for i in keep:
+            header, _, right, _ = columns[i]
+            table.add_column(header, justify="right" if right else "left", no_wrap=True, min_width=widths[i])
+        for row in cells:
+            table.add_row(*(row[i] for i in keep))
+        return table
+
+    keep = list(range(len(columns)))
+    table = build(keep)
+    if width is not None:
+        wide = Console(width=10_000)
+        for rank in sorted({c[3] for c in columns if c[3]}, reverse=True):
+            if Measurement.get(wide, wide.options, table).maximum <= width:
+                break
+            keep = [i for i in keep if columns[i][3] != rank]
+            table = build(keep)
     return table
 
 
