@@ -19,13 +19,12 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.measure import Measurement
 from rich.table import Table
 
 from planner.errors import PlannerError
+from planner.tables import Column, fitted_table
 from pricing.catalog import PURCHASE_OPTIONS, Catalog, CatalogFilter, Offering
 from pricing.embedded_catalog import imported_dir, write_offerings_csv
 from pricing.errors import CatalogFormatError
@@ -199,46 +198,24 @@ def price_table(rows: list[Offering], purchase: str | None, title: str, width: i
     dates = sorted({o.as_of for o in rows})
     if len(dates) == 1:
         title = f"{title} — prices as of {dates[0].isoformat()}"
-    # (header, render, right-aligned, drop rank: higher is dropped first; 0 never)
-    columns: list[tuple[str, Callable[[Offering], str], bool, int]] = [
-        ("where", lambda o: escape(f"{o.cloud}:{o.location}"), False, 0),
-        ("instance type", lambda o: escape(o.instance_type), False, 0),
-        ("GPU×n", lambda o: f"{o.gpu}×{o.gpus_per_node}", False, 1),
-        ("mem", lambda o: f"{o.gpu_memory_gb:g}G", False, 5),
+    columns: list[tuple[Column, Callable[[Offering], str]]] = [
+        (Column("where"), lambda o: escape(f"{o.cloud}:{o.location}")),
+        (Column("instance type"), lambda o: escape(o.instance_type)),
+        (Column("GPU×n", drop=1), lambda o: f"{o.gpu}×{o.gpus_per_node}"),
+        (Column("mem", drop=5), lambda o: f"{o.gpu_memory_gb:g}G"),
     ]
-    for option in _PRICE_HEADERS:
+    for option, header in _PRICE_HEADERS.items():
         if option in ("on_demand", "spot") or any(o.price(option) is not None for o in rows):
             rank = {"reserved_1y": 3, "reserved_3y": 4}.get(option, 0)
-            columns.append((_PRICE_HEADERS[option], lambda o, option=option: _money(o.price(option)), True, rank))
+            columns.append((Column(header, "right", rank),
+                            lambda o, option=option: _money(o.price(option))))
     sort_header = "$/GPU-h" if purchase in (None, "on_demand") else f"$/GPU-h {_PRICE_HEADERS[purchase]}"
-    columns.append((sort_header, lambda o: _money(_per_gpu(o, purchase)), True, 0))
-    columns.append(("spot risk/h", _risk, False, 2))
+    columns.append((Column(sort_header, "right"), lambda o: _money(_per_gpu(o, purchase))))
+    columns.append((Column("spot risk/h", drop=2), _risk))
     if len(dates) > 1:
-        columns.append(("as of", lambda o: o.as_of.isoformat(), False, 6))
-
-    cells = [[render(o) for _, render, _, _ in columns] for o in rows]
-    widths = [max([len(header)] + [len(row[i]) for row in cells]) for i, (header, *_) in enumerate(columns)]
-
-    def build(keep: list[int]) -> Table:
-        table = Table(title=escape(title), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
-                      padding=(0, 1, 0, 0), pad_edge=False)
-        for i in keep:
-            header, _, right, _ = columns[i]
-            table.add_column(header, justify="right" if right else "left", no_wrap=True, min_width=widths[i])
-        for row in cells:
-            table.add_row(*(row[i] for i in keep))
-        return table
-
-    keep = list(range(len(columns)))
-    table = build(keep)
-    if width is not None:
-        wide = Console(width=10_000)
-        for rank in sorted({c[3] for c in columns if c[3]}, reverse=True):
-            if Measurement.get(wide, wide.options, table).maximum <= width:
-                break
-            keep = [i for i in keep if columns[i][3] != rank]
-            table = build(keep)
-    return table
+        columns.append((Column("as of", drop=6), lambda o: o.as_of.isoformat()))
+    return fitted_table([c for c, _ in columns], [[render(o) for _, render in columns] for o in rows], width=width,
+                        title=escape(title))
 
 
 _PRICE_HEADERS = {"on_demand": "on-demand", "spot": "spot", "reserved_1y": "1y", "reserved_3y": "3y"}

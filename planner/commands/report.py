@@ -35,8 +35,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     view = load_run(args.run_dir)
     console.print(figures_table(view))
     if view.by_pool:
-        console.print(pools_table(view))
-    console.print(timeline_table(view))
+        console.print(pools_table(view, width=console.width))
+    console.print(timeline_table(view, width=console.width))
     if args.png is None and args.html is None:
         return 0
     png = render_png(view)

@@ -62,7 +62,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     if views:
-        console.print(status_table(views))
+        console.print(status_table(views, width=console.width))
     for path, error in broken:
         console.print(f"[red]unreadable[/] {escape(path.name)}: {escape(error)}", highlight=False)
     if not runs:

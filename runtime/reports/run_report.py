@@ -25,9 +25,11 @@ import os
 import time
 from dataclasses import replace
 
+from rich.markup import escape
 from rich.table import Table
 
 from danlu import atomic_file
+from planner.tables import Column, fitted_table
 from runtime.accounting import alert_email
 from runtime.accounting.alerts import Alert, AlertKind
 from runtime.reports.run_view import RunView
@@ -138,30 +140,25 @@ def figures_table(view: RunView, *, now: float | None = None) -> Table:
     return table
 
 
-def pools_table(view: RunView) -> Table:
+def pools_table(view: RunView, *, width: int | None = None) -> Table:
     """Spend per pool and purchase option, as the ledger has it."""
-    table = Table(title="Spend by pool", title_justify="left")
-    for col in ("pool", "purchase", "node-hours", "cost"):
-        table.add_column(col, justify="left" if col in ("pool", "purchase") else "right")
-    for p in view.by_pool:
-        table.add_row(p.pool, p.purchase, f"{p.node_hours:,.3f}", usd(p.usd))
-    table.add_row("total", "", f"{sum(p.node_hours for p in view.by_pool):,.3f}", usd(view.spent_usd), style="bold")
-    return table
+    columns = [Column("pool"), Column("purchase"), Column("node-hours", "right"), Column("cost", "right")]
+    rows = [[escape(p.pool), p.purchase, f"{p.node_hours:,.3f}", usd(p.usd)] for p in view.by_pool]
+    rows.append(["total", "", f"{sum(p.node_hours for p in view.by_pool):,.3f}", usd(view.spent_usd)])
+    return fitted_table(columns, rows, width=width, title="Spend by pool",
+                        row_styles=[None] * len(view.by_pool) + ["bold"])
 
 
-def timeline_table(view: RunView) -> Table:
-    """Launches, preemptions and re-plans with their times and costs."""
-    table = Table(title="Timeline", title_justify="left")
-    table.add_column("time (UTC)", no_wrap=True)
-    table.add_column("+h", justify="right")
-    table.add_column("event")
-    table.add_column("cost", justify="right")
-    table.add_column("spent so far", justify="right")
+def timeline_table(view: RunView, *, width: int | None = None) -> Table:
+    """Launches, preemptions and re-plans with their times and costs (event text wraps, names never break)."""
+    columns = [Column("time (UTC)"), Column("+h", "right", drop=2), Column("event", wrap=True),
+               Column("cost", "right"), Column("spent so far", "right", drop=1)]
+    rows, styles = [], []
     for entry in view.timeline:
-        style = {"preemption": "red", "failure": "red", "budget_cap": "red", "replan": "yellow"}.get(entry.kind)
-        table.add_row(_clock(entry.t, seconds=True), f"{(entry.t - view.started_at) / 3600:,.3f}", entry.text,
-                      usd(entry.cost_usd) if entry.cost_usd is not None else "", usd(entry.spent_usd), style=style)
-    return table
+        styles.append({"preemption": "red", "failure": "red", "budget_cap": "red", "replan": "yellow"}.get(entry.kind))
+        rows.append([_clock(entry.t, seconds=True), f"{(entry.t - view.started_at) / 3600:,.3f}", escape(entry.text),
+                     usd(entry.cost_usd) if entry.cost_usd is not None else "", usd(entry.spent_usd)])
+    return fitted_table(columns, rows, width=width, title="Timeline", row_styles=styles)
 
 
 def _deadline_verdict(view: RunView) -> str:
@@ -182,24 +179,25 @@ def _slack_hours(view: RunView) -> float | None:
     return None if end is None else (view.deadline_at - end) / 3600
 
 
-def status_table(views: list[RunView]) -> Table:
-    """One row per run, narrow enough for 120 columns (``planner status RUN_DIR`` has the rest)."""
-    table = Table(title="Runs", title_justify="left", show_edge=False)
-    for col in ("run", "status", "done", "spent", "forecast", "ETA", "slack", "preempt.", "replans"):
-        table.add_column(col, justify="left" if col in ("run", "status") else "right", no_wrap=True)
+def status_table(views: list[RunView], *, width: int | None = None) -> Table:
+    """One row per run; at narrow widths the counts, slack, ETA and forecast make way for the run's name."""
+    columns = [Column("run"), Column("status"), Column("done", "right"), Column("spent", "right"),
+               Column("forecast", "right", drop=3), Column("ETA", "right", drop=4), Column("slack", "right", drop=5),
+               Column("preempt.", "right", drop=7), Column("replans", "right", drop=6)]
+    rows = []
     for view in views:
         fc = view.forecast
         forecast = usd(fc.total_usd) if fc else "?"
         if fc and fc.budget_fraction is not None:
             forecast += f" ({fc.budget_fraction:.0%})"
         slack = _slack_hours(view)
-        table.add_row(
-            view.run_dir.name, view.status, f"{view.progress:.0%}" if view.progress is not None else "?",
+        rows.append([
+            escape(view.run_dir.name), view.status, f"{view.progress:.0%}" if view.progress is not None else "?",
             usd(view.spent_usd), forecast, f"in {(view.eta - view.as_of) / 3600:,.2f} h" if view.eta else "-",
             "-" if slack is None else f"[red]{slack:+,.2f} h[/]" if slack < 0 else f"{slack:+,.2f} h",
             str(view.preemptions), str(view.replans),
-        )
-    return table
+        ])
+    return fitted_table(columns, rows, width=width, title="Runs")
 
 
 # -- the picture --------------------------------------------------------------------------

@@ -86,6 +86,26 @@ def test_an_unfinished_run_never_met_its_deadline(tmp_path: Path, status: str) -
     assert table.columns[6].header == "slack" and list(table.columns[6].cells) == ["-"]
 
 
+def test_tables_at_80_columns_keep_every_pool_and_run_name_whole(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from runtime.reports.run_report import pools_table, timeline_table
+
+    finished = load_run(finished_run(tmp_path, "a-rather-long-job-name-20261201-101500"))
+    running = load_run(running_run(tmp_path, "gpt-7b-finetune-20261201-101501"))
+    console = Console(width=80, record=True)
+    console.print(status_table([finished, running], width=80))
+    console.print(pools_table(finished, width=80))
+    console.print(timeline_table(finished, width=80))
+    out = console.export_text()
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "…" not in out
+    for name in (finished.run_dir.name, running.run_dir.name, "aws:us-east-1/use1-az1:g4dn.xlarge",
+                 "gcp:us-central1:n1-standard-4-t4"):
+        assert name in out
+    assert "spent" in out and "cost" in out  # the money columns stay
+
+
 def test_png_is_the_alert_chart_above_a_timeline_of_both_pools(tmp_path: Path) -> None:
     view = load_run(finished_run(tmp_path))
     png = render_png(view)
