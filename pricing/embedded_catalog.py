@@ -18,7 +18,6 @@ import dataclasses
 import datetime as dt
 import functools
 import io
-import math
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -29,6 +28,7 @@ import platformdirs
 from danlu import atomic_file
 from pricing.catalog import Catalog, Offering
 from pricing.errors import CatalogFormatError
+from pricing.plausible import conflict, implausible, strict_number
 from pricing.skypilot import read_skypilot_catalog
 
 EMBEDDED_OFFERINGS = Path(__file__).resolve().parent / "embedded" / "offerings.csv"
@@ -51,9 +51,9 @@ def _count(value: str) -> int:
 
 
 def _amount(value: str) -> float:
-    number = float(value)
-    if not 0 <= number < math.inf:  # also rejects NaN
-        raise ValueError("must be a finite non-negative number")
+    number = strict_number(value)
+    if number < 0:
+        raise ValueError("must be non-negative")
     return number
 
 
@@ -67,8 +67,15 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
 
 
 def read_offerings_csv(path: str | Path) -> list[Offering]:
-    """Offerings from an offerings CSV file; errors name the file, line and column."""
+    """Offerings from an offerings CSV file; errors name the file, line and column.
+
+    A row no cloud could sell (:func:`pricing.plausible.implausible`) or a second row of the
+    same offering with other figures is refused: these files are written by tools, so a
+    lie in one is a bug to fix, not a row to skip.
+    """
     path = Path(path)
+    if path.exists() and not path.is_file():
+        raise CatalogFormatError(f"{path}: not a regular file; give the path of an offerings .csv file")
     try:
         with path.open(newline="", encoding="utf-8-sig") as fh:
             reader = csv.reader(fh)
@@ -78,13 +85,33 @@ def read_offerings_csv(path: str | Path) -> list[Offering]:
                     f"{path}:1: header must be exactly {','.join(OFFERING_COLUMNS)} (the Offering fields); "
                     f"got {','.join(header or [])!r}"
                 )
-            return [_offering(path, reader.line_num, row) for row in reader if row]
+            return _checked(path, [(reader.line_num, _offering(path, reader.line_num, row)) for row in reader if row])
     except OSError as exc:
         raise CatalogFormatError(f"{path}: cannot read the offerings CSV ({exc.strerror})") from None
     except UnicodeDecodeError as exc:
         raise CatalogFormatError(f"{path}: not UTF-8 text ({exc.reason}); re-save it as UTF-8") from None
     except csv.Error as exc:
         raise CatalogFormatError(f"{path}: {exc}; fix the CSV quoting") from None
+
+
+def _checked(path: Path, rows: list[tuple[int, Offering]]) -> list[Offering]:
+    today = dt.date.today()
+    seen: dict[tuple[str, str, str | None, str], tuple[int, Offering]] = {}
+    out: list[Offering] = []
+    for line, o in rows:
+        why = implausible(o, today=today)
+        if why is not None:
+            raise CatalogFormatError(f"{path}:{line}: {why}; fix or delete the row")
+        first = seen.get(o.key)
+        if first is not None:
+            differ = conflict(first[1], o)
+            if differ is not None:
+                raise CatalogFormatError(f"{path}:{line}: a second row for {':'.join(filter(None, o.key))} "
+                                         f"(line {first[0]}) with other figures ({differ}); keep one of them")
+            continue
+        seen[o.key] = (line, o)
+        out.append(o)
+    return out
 
 
 def _offering(path: Path, line: int, row: list[str]) -> Offering:

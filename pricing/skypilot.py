@@ -43,6 +43,7 @@ from pathlib import Path
 
 from pricing.catalog import Catalog, Offering
 from pricing.errors import CatalogFormatError
+from pricing.plausible import conflict, implausible, strict_number
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +173,8 @@ class SkyPilotImport:
     offerings: list[Offering] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
     files: list[Path] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)
+    """``file:line: why`` for each row left out because no cloud could sell it."""
 
     def catalog(self) -> Catalog:
         return Catalog.of(self.offerings, origin=f"skypilot catalog {self.root}")
@@ -198,7 +201,8 @@ def scan_skypilot_catalog(path: str | Path, *, as_of: dt.date | None = None) -> 
         )
     result = SkyPilotImport(root)
     snapshots = _documented_snapshots(root)
-    seen: set[tuple[str, str, str | None, str]] = set()
+    seen: dict[tuple[str, str, str | None, str], tuple[Offering, str]] = {}
+    today = dt.date.today()
     for cloud_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         files = sorted(cloud_dir.glob("vms*.csv"))
         if not files:
@@ -214,11 +218,23 @@ def scan_skypilot_catalog(path: str | Path, *, as_of: dt.date | None = None) -> 
             offerings = _read_gcp(files, stamp, result.skipped)
         else:
             offerings = (o for f in files for o in _read_flat(cloud, f, stamp, result.skipped))
-        for offering in offerings:
-            if offering.key in seen:
+        for offering, where in offerings:
+            why = implausible(offering, today=today)
+            if why is not None:
+                result.quarantined.append(f"{where}: {why}")
+                result.skipped["implausible"] += 1
+                continue
+            first = seen.get(offering.key)
+            if first is not None:
+                differ = conflict(first[0], offering)
+                if differ is not None:
+                    raise CatalogFormatError(
+                        f"{where}: a second row for {':'.join(filter(None, offering.key))} ({first[1]}) with "
+                        f"other prices ({differ}); delete the wrong one"
+                    )
                 result.skipped["duplicate row"] += 1
                 continue
-            seen.add(offering.key)
+            seen[offering.key] = (offering, where)
             result.offerings.append(offering)
     if not result.files:
         raise CatalogFormatError(
@@ -251,7 +267,13 @@ class _Rows:
         self.layout: tuple[str, ...] = ()
         self.line = 1
 
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
     def __iter__(self) -> Iterator[dict[str, str]]:
+        if not self.file.is_file():  # a directory, a device such as /dev/zero, a dangling link or a loop
+            raise CatalogFormatError(f"{self.file}: not a regular file; a catalog's vms*.csv must be CSV files")
         try:
             with self.file.open(newline="", encoding="utf-8-sig") as fh:
                 reader = csv.reader(fh)
@@ -276,6 +298,8 @@ class _Rows:
             raise CatalogFormatError(f"{self.file}: not UTF-8 text ({exc.reason}); re-save it as UTF-8") from None
         except csv.Error as exc:
             raise CatalogFormatError(f"{self.file}:{self.line}: {exc}; fix the CSV quoting") from None
+        except OSError as exc:
+            raise CatalogFormatError(f"{self.file}: cannot read it ({exc.strerror})") from None
 
     def _layout(self, columns: set[str]) -> tuple[str, ...]:
         if self.cloud in LAYOUTS:
@@ -300,7 +324,7 @@ class _Rows:
         if not text:
             return None
         try:
-            value = float(text)
+            value = strict_number(text)
         except ValueError:
             raise CatalogFormatError(
                 f"{self.file}:{self.line}: column {column!r}: {text!r} is not a number; fix the cell or delete the row"
@@ -359,7 +383,7 @@ def _canonical(gpu: str) -> str:
     return GPU_ALIASES.get(gpu, gpu)
 
 
-def _read_flat(cloud: str, file: Path, stamp: _Stamp, skipped: Counter[str]) -> Iterator[Offering]:
+def _read_flat(cloud: str, file: Path, stamp: _Stamp, skipped: Counter[str]) -> Iterator[tuple[Offering, str]]:
     """Offerings of one aws/azure/lambda-shaped file: one row, one offering."""
     rows = _Rows(file, cloud)
     for rec in rows:
@@ -384,7 +408,7 @@ def _read_flat(cloud: str, file: Path, stamp: _Stamp, skipped: Counter[str]) -> 
         if memory is None:
             skipped[f"GPU memory unknown ({gpu})"] += 1
             continue
-        yield Offering(
+        yield (Offering(
             cloud=cloud,
             region=rows.text(rec, "Region"),
             zone=rec.get("AvailabilityZone") or None,
@@ -398,7 +422,7 @@ def _read_flat(cloud: str, file: Path, stamp: _Stamp, skipped: Counter[str]) -> 
             spot=spot,
             as_of=stamp.as_of,
             source=stamp.source,
-        )
+        ), rows.where)
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,9 +435,10 @@ class _GcpPart:
     vcpus: float = 0.0
     memory_gb: float = 0.0
     gpu_memory_gb: float = 0.0
+    where: str = ""
 
 
-def _read_gcp(files: list[Path], stamp: _Stamp, skipped: Counter[str]) -> list[Offering]:
+def _read_gcp(files: list[Path], stamp: _Stamp, skipped: Counter[str]) -> list[tuple[Offering, str]]:
     """GCP offerings: host VM rows plus GPU rows of the same zone, combined as GCP bills them."""
     hosts: dict[tuple[str, str], _GcpPart] = {}  # (zone, machine type)
     gpus: dict[tuple[str, str, int], _GcpPart] = {}  # (zone, accelerator, count)
@@ -427,6 +452,7 @@ def _read_gcp(files: list[Path], stamp: _Stamp, skipped: Counter[str]) -> list[O
                     hosts[(zone, rec["InstanceType"])] = _GcpPart(
                         rows.text(rec, "Region"), *part_prices,
                         vcpus=rows.required(rec, "vCPUs"), memory_gb=rows.required(rec, "MemoryGiB"),
+                        where=rows.where,
                     )
                 else:
                     skipped["CPU-only"] += 1
@@ -440,9 +466,10 @@ def _read_gcp(files: list[Path], stamp: _Stamp, skipped: Counter[str]) -> list[O
             if count is None or memory is None:
                 skipped["fractional GPU" if count is None else f"GPU memory unknown ({name})"] += 1
                 continue
-            gpus[(zone, name, count)] = _GcpPart(rows.text(rec, "Region"), *part_prices, gpu_memory_gb=memory)
+            gpus[(zone, name, count)] = _GcpPart(rows.text(rec, "Region"), *part_prices, gpu_memory_gb=memory,
+                                                 where=rows.where)
 
-    offerings: list[Offering] = []
+    offerings: list[tuple[Offering, str]] = []
     n1_hosts: dict[str, list[tuple[str, _GcpPart]]] = {}
     for (zone, machine), host in hosts.items():
         if machine.startswith(_N1_FAMILIES):
@@ -457,7 +484,7 @@ def _read_gcp(files: list[Path], stamp: _Stamp, skipped: Counter[str]) -> list[O
         if offering is None:
             skipped["no price"] += 1
         else:
-            offerings.append(offering)
+            offerings.append((offering, f"{host.where} + {gpu.where}"))
 
     bundled_gpus = {name for name, _ in GCP_BUNDLED.values()}
     for (zone, name, count), gpu in gpus.items():
@@ -472,7 +499,7 @@ def _read_gcp(files: list[Path], stamp: _Stamp, skipped: Counter[str]) -> list[O
         if offering is None:
             skipped["no price"] += 1
         else:
-            offerings.append(offering)
+            offerings.append((offering, f"{host.where} + {gpu.where}"))
     return offerings
 
 

@@ -264,8 +264,15 @@ def _import(args: argparse.Namespace, console: Console) -> int:
     console.print(table)
     if scan.skipped:
         console.print(f"Skipped rows: {escape(_counts(scan.skipped))}")
+    for warning in scan.quarantined[:QUARANTINE_SHOWN]:
+        console.print(f"[yellow]warning:[/] left out {escape(warning)}")
+    if len(scan.quarantined) > QUARANTINE_SHOWN:
+        console.print(f"[yellow]warning:[/] and {len(scan.quarantined) - QUARANTINE_SHOWN} more implausible rows")
     console.print(f"Wrote {escape(str(target))}")
     return 0
+
+
+QUARANTINE_SHOWN = 10
 
 
 def _counts(counter: Counter[str]) -> str:
