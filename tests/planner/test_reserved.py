@@ -9,7 +9,7 @@ import pytest
 
 from planner.errors import PlannerError
 from planner.job import parse_job
-from planner.pools import HELD
+from pricing.pool import HELD
 from planner.quote import make_quote
 from pricing.catalog import Catalog, Offering
 
