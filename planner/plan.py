@@ -65,7 +65,7 @@ def plan(
         model = model.left(work)
     if speeds:
         model = model.with_speeds(speeds, "measured in this run")
-    candidates = candidate_configs(job, catalog, model, today=today, interruption_rates=interruption_rates,
-                                   blocked=blocked, purchase=purchase)
     objective = objective or job.objective.minimize
+    candidates = candidate_configs(job, catalog, model, today=today, interruption_rates=interruption_rates,
+                                   blocked=blocked, purchase=purchase, objective=objective)
     return Planned(solve(candidates.configs, model.work, limits, objective), candidates, model, limits, objective)

@@ -120,6 +120,7 @@ def candidate_configs(
     blocked: Collection[tuple[str, str]] = (),
     purchase: Collection[str] | None = None,
     max_nodes: int | None = None,
+    objective: str | None = None,
     carbon_per_node_hour: Callable[[Offering], float | None] | None = None,
     prune: bool = True,
 ) -> CandidateSet:
@@ -127,7 +128,8 @@ def candidate_configs(
 
     ``interruption_rates`` (per spot pool id) replace the catalog's estimate, pools whose
     :attr:`Pool.key` is in ``blocked`` are left out, ``purchase`` narrows the job's
-    ``purchase.allow`` and ``max_nodes`` replaces ``constraints.max_nodes``.
+    ``purchase.allow``, ``max_nodes`` replaces ``constraints.max_nodes`` and ``objective``
+    (default: the job's) is the one the MILP will minimise, which decides what pruning keeps.
     """
     check_gpu_names(job, catalog)
     today = today or dt.date.today()
@@ -159,7 +161,8 @@ def candidate_configs(
         configs += builder.configs(pool, o, risk)
     configs += _held_configs(job, work, catalog, today, builder, warnings)
     considered = len(configs)
-    kept = prune_dominated(configs, carbon=job.objective.minimize == "carbon") if prune else configs
+    carbon = (objective or job.objective.minimize) == "carbon"
+    kept = prune_dominated(configs, carbon=carbon) if prune else configs
     return CandidateSet(kept, considered, considered - len(kept), warnings)
 
 

@@ -7,8 +7,6 @@ import pytest
 
 from planner.errors import JobSpecError
 from planner.job import parse_job
-from planner.milp import Limits
-from planner.plan import plan
 from planner.quote import make_quote
 from planner.workload import PRIOR_STEPS, blend_rate, ddp_rate, work_model
 from pricing.embedded_catalog import load_embedded_catalog
@@ -75,21 +73,3 @@ def test_constraints_gpus_restrict_the_pools():
     assert {c.pool.gpu for c in quote.candidates.configs} == {"H100", "B200"}
     with pytest.raises(JobSpecError, match=r"constraints.gpus\[1\]: the catalog has no GPU 'H1000'"):
         make_quote(_job({"model": "gpt-7b", "tokens": 2e9}, gpus=["H100", "H1000"]), catalog, top=0)
-
-
-def test_plan_takes_blocked_pools_rates_and_speeds_as_arguments():
-    catalog = load_embedded_catalog()
-    job = _job({"model": "gpt-7b", "tokens": 2e9})
-    limits = Limits(switch_hours=1 / 6)
-    best = plan(job, catalog, limits=limits).solution.main_config
-    assert best.pool.purchase == "spot"
-    blocked = plan(job, catalog, limits=limits, blocked={best.pool.key}).solution.main_config
-    assert blocked.pool.key != best.pool.key
-    risky = plan(job, catalog, limits=limits, interruption_rates={best.pool.id: 50.0}).solution.main_config
-    assert risky.pool.key != best.pool.key
-    gpu = best.pool.gpu.lower()
-    slow = plan(job, catalog, limits=limits, speeds={gpu: work_model(job).speeds[gpu] / 100})
-    assert slow.solution.main_config.pool.gpu != best.pool.gpu and slow.work.speed(gpu) is not None
-    half = plan(job, catalog, limits=limits, work=1e9)
-    assert half.work.work == 1e9
-    assert len(catalog) == len(load_embedded_catalog())  # nothing was rewritten
