@@ -167,16 +167,6 @@ class JobSpec(_Section):
     run: Run = Run()
     alerts: Alerts = Alerts()
 
-    def with_changes(self, **sections: Any) -> JobSpec:
-        """A copy with some keys replaced, e.g. ``with_changes(constraints={"budget_usd": 10})``."""
-        data = self.model_dump()
-        for section, values in sections.items():
-            if isinstance(values, dict):
-                data[section] = {**data[section], **values}
-            else:
-                data[section] = values
-        return JobSpec.model_validate(data)
-
 
 def load_job(path: str | Path) -> JobSpec:
     """Read and validate a job file; raise :class:`JobSpecError` naming every problem."""

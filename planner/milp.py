@@ -34,7 +34,8 @@ import numpy as np
 import pulp
 
 from planner.errors import SolverError
-from planner.pools import HELD, Config
+from planner.pools import Config
+from pricing.pool import HELD
 
 PURCHASE_CLASS = {HELD: 0, "reserved_1y": 1, "reserved_3y": 1, "spot": 2, "on_demand": 3}
 TIE_BREAK = 1e-6
@@ -89,7 +90,7 @@ class Solution:
         return max(self.phases, key=lambda p: p.work_hours * p.config.rate).config
 
     @property
-    def families(self) -> frozenset[tuple[str, str, str, str]]:
+    def families(self) -> frozenset[tuple[str, str]]:
         return frozenset(p.config.family for p in self.phases)
 
 

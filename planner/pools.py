@@ -12,59 +12,72 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.errors import PlannerError
+from planner.errors import JobSpecError, PlannerError
 from planner.job import JobSpec
 from planner.overhead import SpotOverhead, spot_overhead
 from planner.workload import WorkModel
 from pricing.carbon import kg_co2e_per_node_hour
-from pricing.catalog import HOURS_PER_YEAR, Catalog, CatalogFilter, Offering
+from pricing.catalog import Catalog, CatalogFilter, Offering
 from pricing.clouds import notice_lead_s
+from pricing.pool import Pool
 from pricing.risk import interruption_rate as default_interruption_rate
 
-HELD = "reserved_held"
-TERM_YEARS = {"reserved_1y": 1, "reserved_3y": 3}
 FALLBACK_KG_PER_KWH = 0.475
 """World-average grid intensity (IEA 2019 figure used by Cloud Carbon Footprint docs) for regions we have no factor for."""
 
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """One way to run the whole job for some hours: ``nodes`` of ``offering`` bought as ``purchase``."""
+    """One way to run the whole job for some hours: ``nodes`` of ``pool``.
 
-    offering: Offering
-    purchase: str
+    Prices, the term and its length come from the pool; what needed the catalog row
+    (speed, risk, carbon, the price's date) was worked out when the configuration was built."""
+
+    pool: Pool
     nodes: int
     raw_rate: float  # work units per failure-free hour
     rate: float  # work units per expected wall hour (overheads included)
-    hourly_usd: float  # per node
-    fixed_usd: float  # charged once when the configuration is used (a new reserved term)
-    max_hours: float | None  # held reservation ends / term length
     p90_factor: float  # P90 wall hours per expected wall hour
     kg_per_hour: float
+    as_of: dt.date | None = None  # date of the price this configuration rests on
     overhead: SpotOverhead | None = None
     carbon_estimated: bool = False
 
     @property
+    def purchase(self) -> str:
+        return self.pool.purchase
+
+    @property
     def gpus(self) -> int:
-        return self.nodes * self.offering.gpus_per_node
+        return self.nodes * self.pool.gpus_per_node
+
+    @property
+    def hourly_usd(self) -> float:
+        """Marginal price of an hour, per node."""
+        return self.pool.hourly_usd
+
+    @property
+    def fixed_usd(self) -> float:
+        """Charged once when the configuration is used: a new reserved term for every node."""
+        return self.pool.term_usd * self.nodes
+
+    @property
+    def max_hours(self) -> float | None:
+        """How long the pool may run: the term's length, or until a held reservation ends."""
+        return self.pool.term_hours
 
     @property
     def burn(self) -> float:
         return self.hourly_usd * self.nodes
 
     @property
-    def family(self) -> tuple[str, str, str, str]:
-        o = self.offering
-        return (o.cloud, o.region, o.instance_type, self.purchase)
-
-    def label(self) -> str:
-        o = self.offering
-        where = f"{o.region}/{o.zone}" if o.zone and self.purchase == "spot" else o.region
-        return f"{self.nodes}x {o.instance_type} {self.purchase} {o.cloud}:{where}"
+    def family(self) -> tuple[str, str]:
+        return self.pool.key
 
 
 @dataclass(slots=True)
@@ -75,51 +88,85 @@ class CandidateSet:
     warnings: list[str] = field(default_factory=list)
 
 
+def catalog_filter(job: JobSpec, work: WorkModel) -> CatalogFilter:
+    """The rows a job may run on: its clouds, regions, GPU types and the memory its model needs."""
+    c = job.constraints
+    return CatalogFilter(clouds=tuple(c.clouds), region_globs=tuple(c.regions), gpus=tuple(c.gpus),
+                         min_gpu_memory_gb=work.min_gpu_memory_gb or None)
+
+
+def check_gpu_names(job: JobSpec, catalog: Catalog, *, source: str = "job file") -> None:
+    """Every GPU the job names (``[workload.throughput]``, ``constraints.gpus``) is one the
+    catalog sells; a misspelt name would otherwise be silently ignored."""
+    known = {g.lower() for g in catalog.gpus}
+    named = [(f"workload.throughput.{g}", g) for g in job.workload.throughput]
+    named += [(f"constraints.gpus[{i}]", g) for i, g in enumerate(job.constraints.gpus)]
+    problems = [
+        f"{key}: the catalog has no GPU {gpu!r}; its GPUs are {', '.join(catalog.gpus) or 'none'} "
+        "(fix the name, or drop the entry)"
+        for key, gpu in named if gpu.lower() not in known
+    ]
+    if problems:
+        raise JobSpecError(source, problems)
+
+
 def candidate_configs(
     job: JobSpec,
     catalog: Catalog,
     work: WorkModel,
     *,
     today: dt.date | None = None,
-    interruption_rate=None,
-    carbon_per_node_hour=None,
+    interruption_rates: Mapping[str, float] | None = None,
+    blocked: Collection[tuple[str, str]] = (),
+    purchase: Collection[str] | None = None,
+    max_nodes: int | None = None,
+    objective: str | None = None,
+    carbon_per_node_hour: Callable[[Offering], float | None] | None = None,
     prune: bool = True,
 ) -> CandidateSet:
-    """Every feasible configuration of the job on the catalog, dominated ones pruned."""
+    """Every feasible configuration of the job on the catalog, dominated ones pruned.
+
+    ``interruption_rates`` (per spot pool id) replace the catalog's estimate, pools whose
+    :attr:`Pool.key` is in ``blocked`` are left out, ``purchase`` narrows the job's
+    ``purchase.allow``, ``max_nodes`` replaces ``constraints.max_nodes`` and ``objective``
+    (default: the job's) is the one the MILP will minimise, which decides what pruning keeps.
+    """
+    check_gpu_names(job, catalog)
     today = today or dt.date.today()
-    interruption_rate = interruption_rate or default_interruption_rate
+    rates = interruption_rates or {}
     carbon_per_node_hour = carbon_per_node_hour or kg_co2e_per_node_hour
-    c = job.constraints
-    allowed = set(job.purchase.allow)
-    flt = CatalogFilter(
-        clouds=tuple(c.clouds), region_globs=tuple(c.regions), min_gpu_memory_gb=work.min_gpu_memory_gb or None
-    )
-    offerings = catalog.filter(flt).offerings
-    warnings: list[str] = []
+    allowed = {p for p in job.purchase.allow if purchase is None or p in purchase}
+    offerings = catalog.filter(catalog_filter(job, work)).offerings
+    warnings: list[str] = list(work.warnings)
     no_speed = sorted({o.gpu for o in offerings if work.speed(o.gpu) is None})
     if no_speed:
         warnings.append(f"no throughput figure for {', '.join(no_speed)}: those GPUs were not considered")
 
+    builder = _Builder(job, work, max_gpus=job.constraints.max_gpus or 10**9,
+                       max_nodes=max_nodes or job.constraints.max_nodes, carbon=carbon_per_node_hour)
+    usable = [o for o in offerings if work.speed(o.gpu) is not None]
+    pools: list[tuple[Pool, Offering]] = []
+    if "spot" in allowed:
+        pools += [(Pool.of(o, "spot"), o) for o in usable if o.spot]
+    for o in _one_per_region(usable):
+        for option in ("on_demand", "reserved_1y", "reserved_3y"):
+            if option in allowed and o.price(option):
+                pools.append((Pool.of(o, option), o))
+    blocked = set(blocked)
     configs: list[Config] = []
-    regional = _one_per_region(o for o in offerings if work.speed(o.gpu) is not None)
-    max_gpus = c.max_gpus or 10**9
-    for o in (o for o in offerings if work.speed(o.gpu) is not None):
-        if "spot" in allowed and o.spot:
-            configs += _configs(job, work, o, "spot", o.spot, max_gpus, interruption_rate, carbon_per_node_hour)
-    for o in regional:
-        if "on_demand" in allowed and o.on_demand:
-            configs += _configs(job, work, o, "on_demand", o.on_demand, max_gpus, None, carbon_per_node_hour)
-        for term in ("reserved_1y", "reserved_3y"):
-            price = o.price(term)
-            if term in allowed and price:
-                configs += _configs(job, work, o, term, price, max_gpus, None, carbon_per_node_hour)
-    configs += _held_configs(job, work, catalog, today, max_gpus, carbon_per_node_hour, warnings)
+    for pool, o in pools:
+        if pool.key in blocked:
+            continue
+        risk = (rates.get(pool.id) or default_interruption_rate(o)) if pool.purchase == "spot" else None
+        configs += builder.configs(pool, o, risk)
+    configs += _held_configs(job, work, catalog, today, builder, warnings)
     considered = len(configs)
-    kept = prune_dominated(configs, carbon=job.objective.minimize == "carbon") if prune else configs
+    carbon = (objective or job.objective.minimize) == "carbon"
+    kept = prune_dominated(configs, carbon=carbon) if prune else configs
     return CandidateSet(kept, considered, considered - len(kept), warnings)
 
 
-def _one_per_region(offerings) -> list[Offering]:
+def _one_per_region(offerings: Iterable[Offering]) -> list[Offering]:
     """Zone rows collapsed to one per region: only spot is priced per zone."""
     best: dict[tuple[str, str, str], Offering] = {}
     for o in offerings:
@@ -130,59 +177,53 @@ def _one_per_region(offerings) -> list[Offering]:
     return list(best.values())
 
 
-def _configs(job, work, offering, purchase, price, max_gpus, risk, carbon, *, max_nodes=None):
-    speed = work.speed(offering.gpu)
-    out = []
-    limit = min(job.constraints.max_nodes, max_nodes or 10**9)
-    for n in range(1, limit + 1):
-        gpus = n * offering.gpus_per_node
-        if gpus > max_gpus:
-            break
-        raw = gpus * speed * work.efficiency_per_doubling ** math.log2(gpus) * 3600.0
-        cfg = _config(job, work, offering, purchase, price, n, raw, risk, carbon)
-        if cfg is not None:
-            out.append(cfg)
-    return out
+@dataclass(frozen=True, slots=True)
+class _Builder:
+    """Configurations of one pool at every node count the job allows."""
+
+    job: JobSpec
+    work: WorkModel
+    max_gpus: int
+    max_nodes: int
+    carbon: Callable[[Offering], float | None]
+
+    def configs(self, pool: Pool, offering: Offering, risk: float | None, *, max_nodes: int | None = None):
+        out = []
+        for n in range(1, min(self.max_nodes, max_nodes or 10**9) + 1):
+            if n * pool.gpus_per_node > self.max_gpus:
+                break
+            cfg = self._config(pool, offering, n, risk)
+            if cfg is not None:
+                out.append(cfg)
+        return out
+
+    def _config(self, pool: Pool, o: Offering, n: int, risk: float | None) -> Config | None:
+        job, work = self.job, self.work
+        raw = work.rate(pool.gpu, n * pool.gpus_per_node)
+        kg = self.carbon(o)
+        estimated = kg is None
+        if kg is None:
+            kg = o.gpus_per_node * 0.4 * FALLBACK_KG_PER_KWH  # 400 W per GPU when the power is unknown too
+        ckpt_h = job.workload.checkpoint_gb / (job.overheads.checkpoint_write_gbps * n) / 3600.0
+        overhead = None
+        wall, p90 = 1.0, 1.0
+        if risk is not None:
+            overhead = spot_overhead(
+                interruption_rate=risk,
+                nodes=n,
+                checkpoint_hours=ckpt_h,
+                restart_hours=job.overheads.restart_minutes / 60.0 + ckpt_h,
+                notice_hours=notice_lead_s(pool.cloud) / 3600,
+                nominal_hours=work.work / raw,
+            )
+            if overhead is None:
+                return None
+            wall, p90 = overhead.wall_factor, overhead.p90_factor / overhead.wall_factor
+        return Config(pool=pool, nodes=n, raw_rate=raw, rate=raw / wall, p90_factor=p90, kg_per_hour=kg * n,
+                      as_of=o.as_of, overhead=overhead, carbon_estimated=estimated)
 
 
-def _config(job, work, o, purchase, price, n, raw, risk, carbon):
-    kg = carbon(o)
-    estimated = kg is None
-    if kg is None:
-        kg = o.gpus_per_node * 0.4 * FALLBACK_KG_PER_KWH  # 400 W per GPU when the power is unknown too
-    ckpt_h = job.workload.checkpoint_gb / (job.overheads.checkpoint_write_gbps * n) / 3600.0
-    overhead = None
-    wall, p90 = 1.0, 1.0
-    if purchase == "spot":
-        overhead = spot_overhead(
-            interruption_rate=risk(o),
-            nodes=n,
-            checkpoint_hours=ckpt_h,
-            restart_hours=job.overheads.restart_minutes / 60.0 + ckpt_h,
-            notice_hours=notice_lead_s(o.cloud) / 3600,
-            nominal_hours=work.work / raw,
-        )
-        if overhead is None:
-            return None
-        wall, p90 = overhead.wall_factor, overhead.p90_factor / overhead.wall_factor
-    years = TERM_YEARS.get(purchase)
-    return Config(
-        offering=o,
-        purchase=purchase,
-        nodes=n,
-        raw_rate=raw,
-        rate=raw / wall,
-        hourly_usd=0.0 if years else price,
-        fixed_usd=price * HOURS_PER_YEAR * years * n if years else 0.0,
-        max_hours=HOURS_PER_YEAR * years if years else None,
-        p90_factor=p90,
-        kg_per_hour=kg * n,
-        overhead=overhead,
-        carbon_estimated=estimated,
-    )
-
-
-def _held_configs(job, work, catalog, today, max_gpus, carbon, warnings) -> list[Config]:
+def _held_configs(job, work, catalog, today, builder: _Builder, warnings) -> list[Config]:
     out: list[Config] = []
     for i, held in enumerate(job.purchase.held):
         rows = [
@@ -202,8 +243,7 @@ def _held_configs(job, work, catalog, today, max_gpus, carbon, warnings) -> list
         if hours_left <= 0:
             warnings.append(f"purchase.held[{i}]: reservation ended on {held.until}; not used")
             continue
-        for cfg in _configs(job, work, o, HELD, 0.0, max_gpus, None, carbon, max_nodes=held.count):
-            out.append(replace(cfg, max_hours=hours_left))
+        out += builder.configs(Pool.held(o, hours_left=hours_left), o, None, max_nodes=held.count)
     return out
 
 

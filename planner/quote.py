@@ -13,10 +13,13 @@ from dataclasses import dataclass, field, replace
 
 from planner.job import JobSpec
 from planner.milp import Limits, Solution, solve
-from planner.pools import CandidateSet, candidate_configs
+from planner.plan import limits_for, plan
+from planner.pools import CandidateSet
 from planner.relax import Infeasibility, explain_infeasible
-from planner.workload import WorkModel, work_model
+from planner.workload import WorkModel
 from pricing.catalog import Catalog
+
+__all__ = ["CostLine", "PlanView", "Quote", "frontier", "limits_for", "make_quote", "view"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,7 @@ class Quote:
     work: WorkModel
     catalog: Catalog
     plan: PlanView | None
+    objective: str  # the job's, or the one the command line asked for
     alternatives: list[PlanView] = field(default_factory=list)
     frontier: list[tuple[float, float]] = field(default_factory=list)  # (P90 hours, expected cost)
     infeasible: Infeasibility | None = None
@@ -68,14 +72,6 @@ class Quote:
         return self.alternatives[0] if self.alternatives else None
 
 
-def limits_for(job: JobSpec) -> Limits:
-    return Limits(
-        deadline_hours=job.constraints.deadline_hours,
-        budget_usd=job.constraints.budget_usd,
-        switch_hours=job.overheads.restart_minutes / 60.0,
-    )
-
-
 def make_quote(
     job: JobSpec,
     catalog: Catalog,
@@ -87,13 +83,11 @@ def make_quote(
 ) -> Quote:
     """Solve the job on the catalog: best plan, ``top`` alternatives, the frontier."""
     today = today or dt.date.today()
-    objective = objective or job.objective.minimize
-    work = work_model(job)
-    candidates = candidate_configs(job, catalog, work, today=today)
-    limits = limits_for(job)
     started = time.perf_counter()
-    best = solve(candidates.configs, work.work, limits, objective)
-    quote = Quote(job=job, work=work, catalog=catalog, plan=None, candidates=candidates, today=today)
+    planned = plan(job, catalog, limits=limits_for(job), objective=objective, today=today)
+    best, candidates, work, limits = planned.solution, planned.candidates, planned.work, planned.limits
+    quote = Quote(job=job, work=work, catalog=catalog, plan=None, objective=planned.objective,
+                  candidates=candidates, today=today)
     if best is None:
         quote.infeasible = explain_infeasible(job, catalog, work, candidates, limits, today=today)
         quote.solve_seconds = time.perf_counter() - started
@@ -103,7 +97,7 @@ def make_quote(
     for _ in range(top):
         previous = quote.alternatives[-1].solution if quote.alternatives else best
         excluded.append(frozenset({previous.main_config.family}))
-        alt = solve(candidates.configs, work.work, limits, objective, exclude_families=excluded)
+        alt = solve(candidates.configs, work.work, limits, planned.objective, exclude_families=excluded)
         if alt is None:
             break
         quote.alternatives.append(view(alt))

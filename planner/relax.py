@@ -101,8 +101,7 @@ def explain_infeasible(
 
 def _smallest_max_nodes(job, catalog, work, limits, today) -> int | None:
     def feasible(n: int) -> bool:
-        changed = job.with_changes(constraints={"max_nodes": n})
-        cands = candidate_configs(changed, catalog, work, today=today)
+        cands = candidate_configs(job, catalog, work, today=today, max_nodes=n)
         return solve(cands.configs, work.work, limits, "cost") is not None
 
     lo = job.constraints.max_nodes
@@ -120,12 +119,13 @@ def _smallest_max_nodes(job, catalog, work, limits, today) -> int | None:
 def _no_candidates(job: JobSpec, catalog: Catalog, work: WorkModel) -> Infeasibility:
     c = job.constraints
     out = Infeasibility()
-    placed = catalog.filter(CatalogFilter(clouds=tuple(c.clouds), region_globs=tuple(c.regions)))
+    placed = catalog.filter(CatalogFilter(clouds=tuple(c.clouds), region_globs=tuple(c.regions), gpus=tuple(c.gpus)))
     if not placed:
-        out.binding = ["constraints.clouds", "constraints.regions"]
+        out.binding = ["constraints.clouds", "constraints.regions"] + (["constraints.gpus"] if c.gpus else [])
         out.reasons.append(
             f"the catalog has no GPU offering in clouds {list(c.clouds) or 'any'} and regions "
-            f"{list(c.regions) or 'any'}; catalog clouds: {', '.join(catalog.clouds) or 'none'}"
+            f"{list(c.regions) or 'any'}" + (f" with GPUs {list(c.gpus)}" if c.gpus else "")
+            + f"; catalog clouds: {', '.join(catalog.clouds) or 'none'}"
         )
         return out
     big_enough = [o for o in placed if o.gpu_memory_gb + 1e-9 >= work.min_gpu_memory_gb]

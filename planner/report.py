@@ -19,7 +19,7 @@ from planner.relax import Infeasibility
 
 def price_age(quote: Quote) -> dict[str, Any]:
     """Age of the prices the plan rests on (the oldest row it uses), else of the catalog."""
-    used = [p.config.offering.as_of for p in quote.plan.solution.phases] if quote.plan else []
+    used = [p.config.as_of for p in quote.plan.solution.phases if p.config.as_of] if quote.plan else []
     as_of = min(used) if used else quote.catalog.newest
     return {
         "origin": quote.catalog.origin,
@@ -29,18 +29,14 @@ def price_age(quote: Quote) -> dict[str, Any]:
 
 
 def plan_json(view: PlanView) -> dict[str, Any]:
+    """The SPEC's plan object; each phase is its pool's :meth:`Pool.to_dict` with ``nodes``,
+    ``hours`` and the phase's figures, so :meth:`Pool.from_dict` reads a phase back."""
     phases = []
     for p in view.solution.phases:
-        c, o = p.config, p.config.offering
+        c = p.config
         phase = {
-            "cloud": o.cloud,
-            "region": o.region,
-            "zone": o.zone if c.purchase == "spot" else None,
-            "instance_type": o.instance_type,
-            "gpu": o.gpu,
-            "gpus_per_node": o.gpus_per_node,
+            **c.pool.to_dict(),
             "nodes": c.nodes,
-            "purchase": c.purchase,
             "hourly_usd": round(c.hourly_usd, 6),
             "hours": round(p.hours, 4),
             "cost_usd": round(p.cost, 2),
@@ -84,7 +80,7 @@ def quote_json(quote: Quote) -> dict[str, Any]:
     return {
         "job": quote.job.name,
         "status": quote.status,
-        "objective": quote.job.objective.minimize,
+        "objective": quote.objective,
         "plan": plan_json(quote.plan) if quote.plan else None,
         "alternatives": [plan_json(a) for a in quote.alternatives],
         "frontier": [{"p90_hours": round(h, 4), "expected_cost_usd": round(c, 2)} for h, c in quote.frontier],
@@ -110,10 +106,10 @@ def _phase_table(view: PlanView, title: str) -> Table:
     for col in ("#", "instance", "where", "nodes", "purchase", "$/node-h", "hours", "cost"):
         t.add_column(col, justify="right" if col in {"$/node-h", "hours", "cost", "nodes"} else "left")
     for i, p in enumerate(view.solution.phases, 1):
-        c, o = p.config, p.config.offering
-        where = f"{o.cloud}:{o.region}" + (f"/{o.zone}" if o.zone and c.purchase == "spot" else "")
+        c, pool = p.config, p.config.pool
         t.add_row(
-            str(i), f"{o.instance_type} ({o.gpus_per_node}x {o.gpu})", where, str(c.nodes), c.purchase,
+            str(i), f"{pool.instance_type} ({pool.gpus_per_node}x {pool.gpu})", f"{pool.cloud}:{pool.location}",
+            str(c.nodes), c.purchase,
             f"{c.hourly_usd:.3f}", f"{p.hours:.2f}", _money(p.cost),
         )
     return t
@@ -158,12 +154,11 @@ def why_best(quote: Quote) -> str | None:
     main = alt.solution.main_config
     d_cost = alt.expected_cost_usd - best.expected_cost_usd
     d_time = alt.p90_hours - best.p90_hours
-    parts = [f"runner-up ({main.label()}) costs {_money(abs(d_cost))} {'more' if d_cost >= 0 else 'less'}"]
+    parts = [f"runner-up ({main.pool.label(main.nodes)}) costs {_money(abs(d_cost))} {'more' if d_cost >= 0 else 'less'}"]
     if best.expected_cost_usd > 0:
         parts[0] += f" ({d_cost / best.expected_cost_usd:+.0%})"
     parts.append(f"and finishes {abs(d_time):.1f} h {'later' if d_time >= 0 else 'sooner'} at P90")
-    objective = quote.job.objective.minimize
-    if objective == "cost" and d_cost < 0:
+    if quote.objective == "cost" and d_cost < 0:
         parts.append("but breaks a constraint the chosen plan meets")
     return " ".join(parts) + "."
 
@@ -172,7 +167,7 @@ def render_quote(quote: Quote, console: Console, top: int) -> None:
     job = quote.job
     age = price_age(quote)
     head = Text.assemble(
-        (f"{job.name}", "bold"), f"  objective: {job.objective.minimize}  status: ",
+        (f"{job.name}", "bold"), f"  objective: {quote.objective}  status: ",
         (quote.status, "green" if quote.plan else "red"),
         f"\nwork: {quote.work.work:,.4g} {quote.work.unit}; prices: {age['origin']}"
         + (f", as of {age['as_of']} ({age['age_days']} days old)" if age["as_of"] else ""),
@@ -197,7 +192,7 @@ def render_quote(quote: Quote, console: Console, top: int) -> None:
             t.add_column(col, justify="left" if col in {"main pool"} else "right")
         for i, alt in enumerate(quote.alternatives[:top], 1):
             main = alt.solution.main_config
-            t.add_row(str(i), main.label(), str(len(alt.solution.phases)), _money(alt.expected_cost_usd),
+            t.add_row(str(i), main.pool.label(main.nodes), str(len(alt.solution.phases)), _money(alt.expected_cost_usd),
                       _money(alt.p90_cost_usd), f"{alt.p90_hours:.2f}")
         console.print(t)
     if len(quote.frontier) > 1:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import fnmatch
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 PURCHASE_OPTIONS = ("spot", "on_demand", "reserved_1y", "reserved_3y")
 """Purchase options in the order the catalog stores their prices."""
@@ -150,10 +150,3 @@ class Catalog:
                 rows[o.key] = o
         return Catalog(tuple(rows.values()), origin=f"{self.origin} + {newer.origin}")
 
-    def with_rows(self, offerings: Iterable[Offering]) -> Catalog:
-        return Catalog(tuple(offerings), origin=self.origin)
-
-
-def with_prices(offering: Offering, **prices: float | None) -> Offering:
-    """A copy of ``offering`` with some prices replaced (used by fetchers and tests)."""
-    return replace(offering, **prices)

@@ -2,8 +2,7 @@
 
 Rows are per-GPU units per second (tokens for GPT-style models, samples for the rest)
 with their source; estimated rows say so.  A job's ``[workload.throughput]`` overrides
-the table, and ``aggregate`` applies the SPEC's scaling rule
-``n_gpus * per_gpu * efficiency ** log2(n_gpus)``.
+rows per GPU, and the SPEC's scaling rule lives in :func:`planner.workload.ddp_rate`.
 """
 
 from __future__ import annotations
@@ -74,13 +73,6 @@ class ThroughputTable:
         if not ratios:
             return None
         return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-
-
-def aggregate(per_gpu: float, n_gpus: int, efficiency_per_doubling: float) -> float:
-    """Aggregate DDP throughput of ``n_gpus`` GPUs (SPEC scaling model)."""
-    if n_gpus < 1:
-        raise ValueError("n_gpus must be >= 1")
-    return n_gpus * per_gpu * efficiency_per_doubling ** math.log2(n_gpus)
 
 
 @lru_cache(maxsize=1)

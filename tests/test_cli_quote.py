@@ -77,3 +77,28 @@ def test_objective_override_changes_the_plan(capsys):
     fast = json.loads(capsys.readouterr().out)["plan"]
     assert fast["expected_hours"] <= cheap["expected_hours"]
     assert fast["expected_cost_usd"] >= cheap["expected_cost_usd"]
+
+
+def test_unknown_model_with_its_own_throughput_quotes(tmp_path, capsys):
+    job = tmp_path / "job.toml"
+    job.write_text('name = "vit"\n[workload]\nmodel = "vit-large"\nsamples = 1e7\n'
+                   '[workload.throughput]\nA100 = 400\nH100 = 900\n')
+    assert main(["quote", str(job), "--json", "--no-cache"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "optimal"
+    assert {p["gpu"] for p in out["plan"]["phases"]} <= {"A100", "H100"}
+
+
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [('[workload.throughput]\nMI300X = 900\n', "workload.throughput.MI300X"),
+     ('[constraints]\ngpus = ["H100", "MI300X"]\n', "constraints.gpus[1]")],
+)
+def test_a_gpu_the_catalog_lacks_exits_2_naming_file_key_and_gpus(tmp_path, section, key):
+    job = tmp_path / "job.toml"
+    job.write_text(f'name = "x"\n[workload]\nmodel = "gpt-7b"\ntokens = 1e9\n{section}')
+    proc = subprocess.run([sys.executable, "-m", "planner.cli", "quote", str(job), "--no-cache"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert str(job) in proc.stderr
+    assert f"{key}: the catalog has no GPU 'MI300X'; its GPUs are A10, A100, A100-80GB" in proc.stderr

@@ -9,6 +9,7 @@ import os
 from rich.console import Console
 
 from planner.job import load_job
+from planner.pools import check_gpu_names
 from planner.quote import make_quote
 from planner.report import plot_frontier, price_age, quote_json, render_quote
 from pricing.sources import resolve_catalog
@@ -52,10 +53,9 @@ def _count(text: str) -> int:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     job = load_job(args.job)
-    if args.objective:
-        job = job.with_changes(objective={"minimize": args.objective})
     catalog = resolve_catalog(args.catalog, use_cache=not args.no_cache)
-    quote = make_quote(job, catalog, top=args.top)
+    check_gpu_names(job, catalog, source=args.job)
+    quote = make_quote(job, catalog, top=args.top, objective=args.objective)
     age = price_age(quote)["age_days"]
     if age is not None:
         if age > args.max_price_age and quote.candidates is not None:

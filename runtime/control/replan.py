@@ -1,43 +1,48 @@
 """Re-planning after a preemption: the planner's MILP on what is left of the job.
 
-The controller hands over what it has learned and the planner solves the job again:
+The controller hands over what it has learned and :func:`planner.plan.plan` solves the
+job again, with all of it as arguments (the job and the catalog stay as they are):
 
 * the work, budget and deadline that remain (the restart about to be paid is taken off
   the deadline first);
-* the throughput it measured, in place of the table's: the measured GPU gets its
-  measured per-GPU speed and every other GPU is scaled by the same measured/table
-  ratio (the table's relative speeds are kept, its absolute level is corrected);
-* pools on cool-down: their spot capacity is left out of the catalog until the
-  cool-down ends (on-demand of the same type and region stays available);
+* the throughput it measured, blended with the table's (:func:`planner.workload.blend_rate`:
+  a few steps barely move it, a long stretch replaces it); the measured GPU gets the
+  blended per-GPU speed and every other GPU is scaled by the same blended/table ratio
+  (the table's relative speeds are kept, its absolute level is corrected);
+* pools on cool-down: their spot capacity is blocked until the cool-down ends
+  (on-demand of the same type and region stays available);
 * raised interruption estimates for pools that were preempted (:func:`raised_rate`);
 * optionally, the purchase options the switching policy allows (on-demand only once
   the deadline leaves no room for another spot loss).
 
+When no plan meets the deadline any more, :func:`replan_or_late` falls back to the
+fastest plan within the budget and says by how much the deadline will be missed.
+
 A timeline, with a cool-down of 30 min::
 
     t=0     plan: 2x g4dn.xlarge spot aws:us-east-1/use1-az1
-    t=1.2h  preempted at step 540 of 1000; measured 0.11 steps/s/GPU (table: 0.10)
-    t=1.2h  re-plan: use1-az1 spot unavailable until t=1.7h, its rate 0.54/h -> 1.31/h,
-            T4 speed 0.11, 460 steps, $3.20 and 2.8 h left
+    t=1.2h  preempted at step 540 of 1000; measured 0.11 steps/s/GPU over 540 steps (table: 0.10)
+    t=1.2h  re-plan: use1-az1 spot blocked until t=1.7h, its rate 0.54/h -> 1.31/h,
+            T4 speed 0.107 (blended), 460 steps, $3.20 and 2.8 h left
             -> 2x g4dn.xlarge spot aws:us-east-1/use1-az2
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from planner.job import JobSpec
-from planner.milp import solve
+from planner.milp import Limits
+from planner.plan import Planned, plan
 from planner.policy import ON_DEMAND, Decision, Policy, PolicyMemory, PolicyState
-from planner.pools import Config, candidate_configs
-from planner.quote import PlanView, limits_for, make_quote, view
-from planner.workload import work_model
+from planner.pools import catalog_filter
+from planner.quote import PlanView, make_quote, view
+from planner.workload import WorkModel, blend_rate, work_model
 from pricing import risk
-from pricing.catalog import Catalog, CatalogFilter, Offering, with_prices
-from runtime.providers.base import PoolSpec
+from pricing.catalog import Catalog
+from pricing.pool import Pool
 
 __all__ = [
     "Measured",
@@ -47,31 +52,12 @@ __all__ = [
     "decide",
     "first_plan",
     "measured_speeds",
-    "offering_pool_id",
-    "pool_from_config",
     "pool_interruption_rate",
     "raised_rate",
     "relative_prices",
     "replan",
     "replan_or_late",
 ]
-
-
-def offering_pool_id(offering: Offering, purchase: str) -> str:
-    """The id a :class:`PoolSpec` of this offering would have (zones count for spot only)."""
-    zone = offering.zone if purchase == "spot" else None
-    where = f"{offering.region}/{zone}" if zone else offering.region
-    return f"{offering.cloud}:{where}:{offering.instance_type}"
-
-
-def pool_from_config(config: Config) -> PoolSpec:
-    """The pool a plan phase runs on."""
-    o = config.offering
-    return PoolSpec(
-        cloud=o.cloud, region=o.region, zone=o.zone if config.purchase == "spot" else None,
-        instance_type=o.instance_type, gpu=o.gpu, gpus_per_node=o.gpus_per_node, purchase=config.purchase,
-        nodes=config.nodes, hourly_usd=config.hourly_usd,
-    )
 
 
 def raised_rate(prior_rate: float, *, preemptions: int, exposed_hours: float) -> float:
@@ -88,16 +74,22 @@ def raised_rate(prior_rate: float, *, preemptions: int, exposed_hours: float) ->
 
 @dataclass(frozen=True, slots=True)
 class Measured:
-    """Throughput the controller measured: ``units_per_hour`` of work on ``gpus`` GPUs of ``gpu``."""
+    """Throughput the controller measured: ``units_per_hour`` of work (the job file's unit)
+    on ``gpus`` GPUs of ``gpu``, over ``steps`` training steps."""
 
     gpu: str
     gpus: int
     units_per_hour: float
+    steps: float
 
 
 @dataclass(frozen=True, slots=True)
 class ReplanRequest:
-    """What is left and what was learned (hours are simulated hours)."""
+    """What is left and what was learned (hours are simulated hours).
+
+    ``cooling`` holds spot pool ids (:attr:`Pool.id`) on cool-down, ``rates`` learned
+    interruption rates per pool id; ``allow_late=False`` asks :func:`replan_or_late` not
+    to fall back to a plan that misses the deadline."""
 
     job: JobSpec
     catalog: Catalog
@@ -109,119 +101,130 @@ class ReplanRequest:
     cooling: frozenset[str] = frozenset()
     rates: Mapping[str, float] = field(default_factory=dict)
     purchase: tuple[str, ...] | None = None
+    allow_late: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class ReplanResult:
-    """The new plan (``None`` when nothing fits, with ``reason`` saying why) and the job it solved."""
+    """The new plan and the pool and node count of its first phase (all ``None`` when
+    nothing fits, ``reason`` saying why); ``late`` when the plan misses the deadline,
+    ``note`` saying by how much."""
 
     plan: PlanView | None
-    job: JobSpec | None
+    pool: Pool | None
+    nodes: int | None
     reason: str = ""
+    late: bool = False
+    note: str = ""
 
-    @property
-    def pool(self) -> PoolSpec | None:
-        return pool_from_config(self.plan.solution.phases[0].config) if self.plan else None
+    @classmethod
+    def of(cls, planned: Planned, *, late: bool = False, note: str = "") -> ReplanResult:
+        if planned.solution is None:
+            raise ValueError("no solution to report")
+        first = planned.solution.phases[0].config
+        return cls(view(planned.solution), first.pool, first.nodes, late=late, note=note)
+
+    @classmethod
+    def none(cls, reason: str) -> ReplanResult:
+        return cls(None, None, None, reason)
 
 
-def measured_speeds(job: JobSpec, measured: Measured) -> dict[str, float]:
-    """Per-GPU speeds (work units per second) with the measurement in place of the table's."""
-    work = work_model(job)
-    efficiency = work.efficiency_per_doubling ** math.log2(max(measured.gpus, 1))
-    speed = measured.units_per_hour / 3600.0 / (measured.gpus * efficiency)
+def measured_speeds(work: WorkModel, measured: Measured) -> dict[str, float]:
+    """Per-GPU speeds (the work model's units per second) with the measurement blended in."""
+    seen = work.per_gpu_speed(measured.units_per_hour * work.per_unit, measured.gpus)
     table = work.speed(measured.gpu)
-    ratio = speed / table if table else 1.0
-    speeds = {gpu: value * ratio for gpu, value in work.speeds.items()}
-    speeds[measured.gpu.lower()] = speed
-    return speeds
+    if not table:
+        return {measured.gpu.lower(): seen}
+    ratio = blend_rate(table, seen, measured.steps) / table
+    return {gpu: value * ratio for gpu, value in work.speeds.items()}
 
 
-def _adjusted_job(request: ReplanRequest) -> JobSpec:
+def _unplannable(request: ReplanRequest) -> str | None:
+    """Why nothing can be planned whatever the deadline, or None."""
+    if request.work_left <= 0:
+        return "no work left"
+    if request.budget_left_usd is not None and request.budget_left_usd <= 0:
+        return "the budget is spent"
+    if request.purchase is not None and not set(request.purchase) & set(request.job.purchase.allow):
+        return f"the job allows none of {', '.join(request.purchase)}"
+    return None
+
+
+def _solve(request: ReplanRequest, deadline_hours: float | None, objective: str | None = None) -> Planned:
     job = request.job
-    workload = job.model_dump()["workload"]
-    workload[job.workload.unit] = request.work_left
-    if request.measured is not None:
-        workload["throughput"] = measured_speeds(job, request.measured)
-    constraints: dict[str, float | None] = {}
-    if request.hours_left is not None:
-        constraints["deadline_hours"] = request.hours_left - request.restart_hours
-    if request.budget_left_usd is not None:
-        constraints["budget_usd"] = request.budget_left_usd
-    changes: dict[str, object] = {"workload": workload, "constraints": constraints}
-    if request.purchase is not None:
-        changes["purchase"] = {"allow": [p for p in request.purchase if p in job.purchase.allow]}
-    return job.with_changes(**changes)
+    speeds = measured_speeds(work_model(job), request.measured) if request.measured else None
+    limits = Limits(deadline_hours=deadline_hours, budget_usd=request.budget_left_usd,
+                    switch_hours=job.overheads.restart_minutes / 60.0)
+    return plan(job, request.catalog, limits=limits, work=request.work_left,
+                blocked={(pool_id, "spot") for pool_id in request.cooling}, interruption_rates=request.rates,
+                speeds=speeds, purchase=request.purchase, objective=objective)
 
 
 def replan(request: ReplanRequest) -> ReplanResult:
     """Solve what is left of the job (see the module docstring)."""
-    if request.work_left <= 0:
-        return ReplanResult(None, None, "no work left")
-    if request.hours_left is not None and request.hours_left - request.restart_hours <= 0:
-        return ReplanResult(None, None, f"the deadline leaves {request.hours_left:.2f} h, less than one restart")
-    if request.budget_left_usd is not None and request.budget_left_usd <= 0:
-        return ReplanResult(None, None, "the budget is spent")
-    if request.purchase is not None and not set(request.purchase) & set(request.job.purchase.allow):
-        return ReplanResult(None, None, f"the job allows none of {', '.join(request.purchase)}")
-    job = _adjusted_job(request)
-    catalog = request.catalog.with_rows(
-        with_prices(o, spot=None) if offering_pool_id(o, "spot") in request.cooling else o
-        for o in request.catalog
-    )
-
-    def rate(offering: Offering) -> float:
-        return request.rates.get(offering_pool_id(offering, "spot")) or risk.interruption_rate(offering)
-
-    work = work_model(job)
-    candidates = candidate_configs(job, catalog, work, interruption_rate=rate)
-    best = solve(candidates.configs, work.work, limits_for(job), job.objective.minimize)
-    if best is None:
-        return ReplanResult(None, job, _why_not(job, request))
-    return ReplanResult(view(best), job)
+    reason = _unplannable(request)
+    if reason:
+        return ReplanResult.none(reason)
+    deadline = None
+    if request.hours_left is not None:
+        deadline = request.hours_left - request.restart_hours
+        if deadline <= 0:
+            return ReplanResult.none(f"the deadline leaves {request.hours_left:.2f} h, less than one restart")
+    planned = _solve(request, deadline)
+    if planned.solution is None:
+        return ReplanResult.none(_why_not(request, deadline))
+    return ReplanResult.of(planned)
 
 
 def first_plan(job: JobSpec, catalog: Catalog) -> ReplanResult:
     """The plan a run starts with: exactly what ``planner quote`` says for the job."""
     quote = make_quote(job, catalog, top=0, frontier_points=0)
     if quote.plan is not None:
-        return ReplanResult(quote.plan, job)
+        first = quote.plan.solution.phases[0].config
+        return ReplanResult(quote.plan, first.pool, first.nodes)
     inf = quote.infeasible
     why = "; ".join([r.message for r in inf.relaxations] or inf.reasons) if inf else "no candidate pool"
-    return ReplanResult(None, job, f"the job cannot be planned: {why}")
+    return ReplanResult.none(f"the job cannot be planned: {why}")
 
 
-def replan_or_late(request: ReplanRequest) -> tuple[ReplanResult, str]:
-    """:func:`replan`; when only the deadline is in the way, the cheapest plan that ignores it.
+def replan_or_late(request: ReplanRequest) -> ReplanResult:
+    """:func:`replan`; when no plan meets the deadline, the fastest plan within the budget,
+    marked ``late`` with a note on how late it will finish (unless ``allow_late`` is off).
 
-    A job that can no longer meet its deadline is still worth finishing; the note says so.
+    A job that can no longer meet its deadline is usually still worth finishing, and
+    finishing it as early as the budget allows keeps the miss smallest.
     """
     result = replan(request)
-    if result.plan is None and request.hours_left is not None and request.budget_left_usd != 0:
-        late = replan(dataclasses.replace(request, hours_left=None))
-        if late.plan is not None:
-            return late, f"the deadline can no longer be met ({result.reason}); finishing as cheaply as possible"
-    return result, ""
+    if result.plan is not None or not request.allow_late or request.hours_left is None:
+        return result
+    if _unplannable(request):
+        return result
+    planned = _solve(request, None, objective="time")
+    if planned.solution is None:
+        return result
+    end = request.restart_hours + planned.solution.hours
+    note = (f"the deadline will be missed: the fastest plan within the budget is expected to end in {end:.2f} h, "
+            f"{end - request.hours_left:.2f} h after the deadline ({request.hours_left:.2f} h from now)")
+    return ReplanResult.of(planned, late=True, note=note)
 
 
-def _why_not(job: JobSpec, request: ReplanRequest) -> str:
-    parts = [f"{request.work_left:g} {job.workload.unit} left"]
-    if job.constraints.deadline_hours is not None:
-        parts.append(f"{job.constraints.deadline_hours:.2f} h to the deadline after a restart")
-    if job.constraints.budget_usd is not None:
-        parts.append(f"${job.constraints.budget_usd:,.2f} of budget")
+def _why_not(request: ReplanRequest, deadline_hours: float | None) -> str:
+    parts = [f"{request.work_left:g} {request.job.workload.unit} left"]
+    if deadline_hours is not None:
+        parts.append(f"{deadline_hours:.2f} h to the deadline after a restart")
+    if request.budget_left_usd is not None:
+        parts.append(f"${request.budget_left_usd:,.2f} of budget")
     if request.cooling:
         parts.append(f"{len(request.cooling)} pool(s) cooling down")
     return "no plan fits: " + ", ".join(parts)
 
 
-def config_rate(job: JobSpec, pool: PoolSpec) -> float | None:
-    """Work units per failure-free hour of ``pool`` from the job's throughput figures."""
+def config_rate(job: JobSpec, pool: Pool, nodes: int) -> float | None:
+    """Work units (the job file's unit) per failure-free hour of ``nodes`` nodes of ``pool``
+    from the job's throughput figures."""
     work = work_model(job)
-    speed = work.speed(pool.gpu)
-    if speed is None:
-        return None
-    gpus = pool.nodes * pool.gpus_per_node
-    return gpus * speed * work.efficiency_per_doubling ** math.log2(gpus) * 3600.0
+    rate = work.rate(pool.gpu, nodes * pool.gpus_per_node)
+    return None if rate is None else rate / work.per_unit
 
 
 def relative_prices(job: JobSpec, catalog: Catalog, cooling: frozenset[str]) -> tuple[dict[str, float], float]:
@@ -231,16 +234,13 @@ def relative_prices(job: JobSpec, catalog: Catalog, cooling: frozenset[str]) -> 
     GPU and a slow cheap one comparable.
     """
     work = work_model(job)
-    c = job.constraints
-    flt = CatalogFilter(clouds=tuple(c.clouds), region_globs=tuple(c.regions),
-                        min_gpu_memory_gb=work.min_gpu_memory_gb or None)
     spot: dict[str, float] = {}
     on_demand = math.inf
-    for o in catalog.filter(flt):
+    for o in catalog.filter(catalog_filter(job, work)):
         speed = work.speed(o.gpu)
         if not speed:
             continue
-        pool_id = offering_pool_id(o, "spot")
+        pool_id = Pool.of(o, "spot").id if o.spot else None
         if o.spot and "spot" in job.purchase.allow and pool_id not in cooling:
             spot[pool_id] = min(spot.get(pool_id, math.inf), o.spot / (speed * o.gpus_per_node))
         if o.on_demand and "on_demand" in job.purchase.allow:
@@ -278,7 +278,7 @@ def decide(
     return policy.decide(state)
 
 
-def pool_interruption_rate(catalog: Catalog, pool: PoolSpec) -> float | None:
+def pool_interruption_rate(catalog: Catalog, pool: Pool) -> float | None:
     """The catalog's interruption rate for ``pool`` (None when the catalog lacks it)."""
     for o in catalog:
         if (o.cloud, o.region, o.instance_type) == (pool.cloud, pool.region, pool.instance_type) and (

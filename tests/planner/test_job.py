@@ -68,11 +68,3 @@ def test_not_toml_and_missing_file(tmp_path):
     with pytest.raises(JobSpecError) as info:
         load_job(tmp_path / "nope.toml")
     assert info.value.problems == ["file not found"]
-
-
-def test_with_changes_revalidates():
-    job = parse_job({"name": "x", "workload": {"model": "gpt-7b", "tokens": 1e9}})
-    changed = job.with_changes(constraints={"budget_usd": 10.0})
-    assert changed.constraints.budget_usd == 10.0 and job.constraints.budget_usd is None
-    with pytest.raises(Exception):
-        job.with_changes(constraints={"budget_usd": -1})

@@ -115,7 +115,7 @@ def test_single_on_demand_plan_is_exactly_work_over_throughput():
     assert [line.label for line in quote.plan.lines] == ["compute"]
 
 
-def assert_respects(job, quote):
+def assert_respects(job, quote, catalog):
     plan = quote.plan
     c = job.constraints
     if c.deadline_hours is not None:
@@ -126,14 +126,17 @@ def assert_respects(job, quote):
     done = 0.0
     min_mem = quote.work.min_gpu_memory_gb
     for phase in plan.solution.phases:
-        cfg, o = phase.config, phase.config.offering
+        cfg, pool = phase.config, phase.config.pool
+        # The catalog row the pool was built from: zones count for spot only.
+        o = next(o for o in catalog if (o.cloud, o.region, o.instance_type) == (pool.cloud, pool.region,
+                 pool.instance_type) and pool.zone in (None, o.zone) and o.price(cfg.purchase) == pool.hourly_usd)
         assert cfg.nodes <= c.max_nodes
         assert c.max_gpus is None or cfg.gpus <= c.max_gpus
         assert o.gpu_memory_gb >= min_mem - 1e-9
         assert not c.clouds or o.cloud in c.clouds
         assert not c.regions or any(fnmatch.fnmatchcase(o.region, g) for g in c.regions)
         assert cfg.purchase in job.purchase.allow
-        assert o.price(cfg.purchase) is not None
+        assert o.price(cfg.purchase) is not None and o.gpu == pool.gpu
         done += phase.work_hours * cfg.rate
     assert done >= quote.work.work * (1 - 1e-6)
 
@@ -141,9 +144,10 @@ def assert_respects(job, quote):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(job=jobs(purchases=("spot", "on_demand")))
 def test_no_quote_breaks_a_constraint(job):
-    quote = make_quote(job, load_embedded_catalog(), top=2, frontier_points=0)
+    catalog = load_embedded_catalog()
+    quote = make_quote(job, catalog, top=2, frontier_points=0)
     if quote.plan is None:
         assert quote.infeasible is not None
         return
     for view in [quote.plan, *quote.alternatives]:
-        assert_respects(job, type("Q", (), {"plan": view, "work": quote.work})())
+        assert_respects(job, type("Q", (), {"plan": view, "work": quote.work})(), catalog)

@@ -9,7 +9,7 @@ import pytest
 
 from planner.errors import PlannerError
 from planner.job import parse_job
-from planner.pools import HELD
+from pricing.pool import HELD
 from planner.quote import make_quote
 from pricing.catalog import Catalog, Offering
 
@@ -70,3 +70,32 @@ def test_new_term_is_charged_whole():
     # with on-demand allowed, a one-year term is never worth it for a short job
     q2 = make_quote(job(1e9, allow=("reserved_1y", "on_demand")), CATALOG, top=0, frontier_points=0, today=TODAY)
     assert all(p.config.purchase == "on_demand" for p in q2.plan.solution.phases)
+
+
+def test_quote_json_phases_read_back_as_pools_term_included():
+    """The runtime rebuilds each phase's pool from the quote's JSON: Pool.from_dict(phase)."""
+    from planner.report import plan_json
+    from pricing.pool import Pool
+
+    for allow, held in ((("reserved_1y",), ()), (("on_demand",), [HELD_2])):
+        q = make_quote(job(1e9, held, allow=allow), CATALOG, top=0, frontier_points=0, today=TODAY)
+        for phase, shown in zip(q.plan.solution.phases, plan_json(q.plan)["phases"]):
+            pool = Pool.from_dict(shown)
+            assert pool == phase.config.pool and shown["nodes"] == phase.config.nodes
+            assert shown["hours"] == pytest.approx(phase.hours, abs=1e-4)
+    term = make_quote(job(1e9, allow=("reserved_1y",)), CATALOG, top=0, frontier_points=0, today=TODAY)
+    (shown,) = plan_json(term.plan)["phases"]
+    assert shown["term_hours"] == 8760 and shown["term_usd"] == pytest.approx(13.92 * 8760)
+    assert shown["term_cost_usd"] == pytest.approx(13.92 * 8760 * shown["nodes"])
+    held = make_quote(job(5e9, [HELD_2]), CATALOG, top=0, frontier_points=0, today=TODAY)
+    (shown,) = plan_json(held.plan)["phases"]
+    assert shown["purchase"] == HELD and shown["term_hours"] == (dt.date(2027, 3, 1) - TODAY).days * 24
+
+
+def test_a_configuration_takes_its_prices_and_term_from_its_pool():
+    q = make_quote(job(1e9, allow=("reserved_1y",)), CATALOG, top=0, frontier_points=0, today=TODAY)
+    cfg = q.plan.solution.phases[0].config
+    assert (cfg.hourly_usd, cfg.burn) == (0.0, 0.0)
+    assert cfg.fixed_usd == pytest.approx(cfg.pool.term_usd * cfg.nodes)
+    assert cfg.max_hours == cfg.pool.term_hours == 8760
+    assert cfg.family == cfg.pool.key == ("aws:us-east-1:p4d.24xlarge", "reserved_1y")

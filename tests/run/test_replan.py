@@ -9,15 +9,17 @@ import pytest
 from planner.job import load_job
 from planner.policy import ON_DEMAND, PolicyMemory, make_policy
 from pricing.embedded_catalog import load_catalog_path
+from planner.workload import work_model
+from pricing.pool import Pool
 from runtime.control.replan import (
     Measured,
     ReplanRequest,
     config_rate,
     decide,
     measured_speeds,
-    offering_pool_id,
     raised_rate,
     replan,
+    replan_or_late,
 )
 from tests.run.helpers import write_catalog, write_job
 
@@ -50,35 +52,70 @@ def test_raised_rate_is_a_posterior_that_never_drops_below_the_prior() -> None:
 def test_the_cheapest_spot_pool_is_chosen_and_a_cooling_pool_is_skipped(setup) -> None:
     job, catalog = setup
     first = replan(_request(job, catalog))
-    assert first.pool is not None and first.pool.pool_id == AWS_A and first.pool.purchase == "spot"
+    assert first.pool is not None and first.pool.id == AWS_A and first.pool.purchase == "spot"
+    assert first.nodes == 1 and not first.late
     cooled = replan(_request(job, catalog, cooling=frozenset({AWS_A})))
-    assert cooled.pool.pool_id == GCP
-    assert replan(_request(job, catalog, cooling=frozenset({AWS_A, GCP}))).pool.pool_id == AZURE
-    assert replan(_request(job, catalog, cooling=frozenset({AWS_A, GCP, AZURE}))).pool.pool_id == AWS_B
+    assert cooled.pool.id == GCP
+    assert replan(_request(job, catalog, cooling=frozenset({AWS_A, GCP}))).pool.id == AZURE
+    assert replan(_request(job, catalog, cooling=frozenset({AWS_A, GCP, AZURE}))).pool.id == AWS_B
 
 
 def test_a_raised_interruption_rate_steers_away_from_a_pool(setup) -> None:
     job, catalog = setup
     result = replan(_request(job, catalog, rates={AWS_A: 40.0}))
-    assert result.pool.pool_id != AWS_A
+    assert result.pool.id != AWS_A
 
 
 def test_the_remaining_work_budget_and_deadline_are_what_gets_solved(setup) -> None:
-    job, catalog = setup
+    job, catalog = setup  # 1500 steps at 0.85 steps/s: 0.49 h on one T4
     result = replan(_request(job, catalog, work_left=1500.0, hours_left=8.0, budget_left_usd=4.0, restart_hours=0.5))
-    assert result.job.workload.steps == 1500
-    assert result.job.constraints.deadline_hours == pytest.approx(7.5)
-    assert result.job.constraints.budget_usd == 4.0
-    assert result.plan.solution.phases[0].config.raw_rate * result.plan.expected_hours >= 1500 * 0.999
+    (phase,) = result.plan.solution.phases
+    assert phase.config.rate * phase.work_hours == pytest.approx(1500, rel=1e-6)
+    assert result.plan.p90_hours <= 7.5 and result.plan.expected_cost_usd <= 4.0
+    # The deadline left after the restart reaches the MILP: 0.55 h left less a 0.1 h restart
+    # is 0.45 h, shorter than the 0.49 h of work, so nothing fits.
+    short = replan(_request(job, catalog, hours_left=0.55, restart_hours=0.1))
+    assert short.plan is None and "0.45 h to the deadline" in short.reason
+    assert replan(_request(job, catalog, hours_left=0.7, restart_hours=0.1)).plan.p90_hours <= 0.6
+    # ... and so does the budget: on-demand (0.526 $/h) for 0.49 h is out of reach at $0.20.
+    assert replan(_request(job, catalog, budget_left_usd=0.2, purchase=("on_demand",))).plan is None
 
 
-def test_measured_throughput_replaces_the_table_and_scales_other_gpus(setup) -> None:
+def test_a_missed_deadline_gives_the_fastest_plan_within_budget_marked_late(setup) -> None:
     job, catalog = setup
-    speeds = measured_speeds(job, Measured("T4", gpus=1, units_per_hour=2 * 0.85 * 3600))
-    assert speeds["t4"] == pytest.approx(1.7)
+    request = _request(job, catalog, hours_left=0.4, restart_hours=0.1)  # 0.3 h for 0.49 h of work
+    assert replan(request).plan is None
+    late = replan_or_late(request)
+    # Spot is cheaper, but preemptions make it slower: the fastest plan is on-demand.
+    assert replan(_request(job, catalog, hours_left=None)).pool.purchase == "spot"
+    assert late.late and late.pool.purchase == "on_demand" and late.nodes == 1
+    end = 0.1 + late.plan.expected_hours
+    assert "deadline will be missed" in late.note
+    assert f"{end:.2f} h" in late.note and f"{end - 0.4:.2f} h after the deadline" in late.note
+    # Within the budget: with $0.10 only the cheapest spot pool is affordable.
+    cheap = replan_or_late(_request(job, catalog, hours_left=0.4, restart_hours=0.1, budget_left_usd=0.1))
+    assert cheap.late and cheap.pool.id == AWS_A and cheap.plan.expected_cost_usd <= 0.1
+    strict = replan_or_late(_request(job, catalog, hours_left=0.4, restart_hours=0.1, allow_late=False))
+    assert strict.plan is None and not strict.late and "no plan fits" in strict.reason
+    on_time = replan_or_late(_request(job, catalog))
+    assert on_time.plan is not None and not on_time.late and on_time.note == ""
+
+
+def test_measured_throughput_is_blended_with_the_table(setup) -> None:
+    job, catalog = setup
+    work = work_model(job)
+    long_run = measured_speeds(work, Measured("T4", gpus=1, units_per_hour=2 * 0.85 * 3600, steps=10**7))
+    assert long_run["t4"] == pytest.approx(1.7, rel=1e-4)
     table = replan(_request(job, catalog))
-    faster = replan(_request(job, catalog, measured=Measured("T4", gpus=1, units_per_hour=2 * 0.85 * 3600)))
+    faster = replan(_request(job, catalog, measured=Measured("T4", 1, 2 * 0.85 * 3600, steps=10**7)))
     assert faster.plan.expected_hours < table.plan.expected_hours * 0.6
+    # Half the table's speed, seen for 2 steps, barely moves the plan; seen for 2000 steps, it does.
+    half = 0.5 * 0.85 * 3600
+    glance = replan(_request(job, catalog, measured=Measured("T4", 1, half, steps=2)))
+    assert glance.plan.expected_hours == pytest.approx(table.plan.expected_hours, rel=0.015)
+    assert glance.pool == table.pool
+    settled = replan(_request(job, catalog, measured=Measured("T4", 1, half, steps=2000)))
+    assert settled.plan.expected_hours > table.plan.expected_hours * 1.6
 
 
 def test_the_policy_can_restrict_the_plan_to_on_demand(setup) -> None:
@@ -105,14 +142,22 @@ def test_nothing_fits_says_why(setup, changes: dict, reason: str) -> None:
 def test_pool_ids_match_zones_only_for_spot(setup) -> None:
     _, catalog = setup
     aws = next(o for o in catalog if o.zone == "use1-az1")
-    assert offering_pool_id(aws, "spot") == AWS_A
-    assert offering_pool_id(aws, "on_demand") == "aws:us-east-1:g4dn.xlarge"
+    assert Pool.of(aws, "spot").id == AWS_A
+    assert Pool.of(aws, "on_demand").id == "aws:us-east-1:g4dn.xlarge"
+
+
+def test_config_rate_is_the_planner_rate_of_the_same_pool(setup) -> None:
+    job, catalog = setup
+    result = replan(_request(job, catalog))
+    assert config_rate(job, result.pool, result.nodes) == pytest.approx(result.plan.solution.phases[0].config.raw_rate)
+    assert config_rate(job, result.pool, 2) == pytest.approx(2 * 0.85 * 3600)  # no efficiency given: 1.0
 
 
 def _decide(job, catalog, *, elapsed: float, done: float, cooling=frozenset(), policy: str = "uniform_progress"):
-    pool = replan(_request(job, catalog)).pool
+    first = replan(_request(job, catalog))
     return decide(make_policy(policy), job=job, catalog=catalog, elapsed_hours=elapsed, work_done=done,
-                  work_total=job.workload.steps, rate_per_hour=config_rate(job, pool), cooling=cooling,
+                  work_total=job.workload.steps, rate_per_hour=config_rate(job, first.pool, first.nodes),
+                  cooling=cooling,
                   preempted=AWS_A, memory=PolicyMemory())
 
 
@@ -139,7 +184,7 @@ def test_policy_waits_when_no_spot_is_up_and_the_job_is_ahead(setup) -> None:
 def test_without_a_deadline_spot_is_used_whenever_available(tmp_path: Path) -> None:
     catalog = load_catalog_path(write_catalog(tmp_path / "catalog.csv"))
     job = load_job(write_job(tmp_path / "job.toml", entrypoint=["python", "t.py"]))
-    job = job.with_changes(constraints={"deadline_hours": None})
+    job = job.model_copy(update={"constraints": job.constraints.model_copy(update={"deadline_hours": None})})
     decision = decide(make_policy("danlu"), job=job, catalog=catalog, elapsed_hours=1, work_done=0, work_total=300,
                       rate_per_hour=3000, cooling=frozenset({AWS_A}), preempted=AWS_A, memory=PolicyMemory())
     assert decision.target == GCP

@@ -1,0 +1,71 @@
+"""The one way into the planner: a job, a catalog and what is known now -> the best plan.
+
+``planner quote`` calls it with the job's own limits; a run's re-plan calls it with the
+work, budget and deadline that remain and what the run has learned (pools on cool-down,
+interruption rates, measured speeds, the purchase options the switching policy allows).
+All of that arrives as arguments: neither the job nor the catalog is rewritten.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from planner.job import JobSpec
+from planner.milp import Limits, Solution, solve
+from planner.pools import CandidateSet, candidate_configs
+from planner.workload import WorkModel, work_model
+from pricing.catalog import Catalog
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """The best plan (``None`` when nothing meets ``limits``) and what it was solved over."""
+
+    solution: Solution | None
+    candidates: CandidateSet
+    work: WorkModel
+    limits: Limits
+    objective: str
+
+
+def limits_for(job: JobSpec) -> Limits:
+    """The job file's own limits."""
+    return Limits(
+        deadline_hours=job.constraints.deadline_hours,
+        budget_usd=job.constraints.budget_usd,
+        switch_hours=job.overheads.restart_minutes / 60.0,
+    )
+
+
+def plan(
+    job: JobSpec,
+    catalog: Catalog,
+    *,
+    limits: Limits,
+    work: float | None = None,
+    blocked: Collection[tuple[str, str]] = (),
+    interruption_rates: Mapping[str, float] | None = None,
+    speeds: Mapping[str, float] | None = None,
+    purchase: Collection[str] | None = None,
+    objective: str | None = None,
+    today: dt.date | None = None,
+) -> Planned:
+    """Solve ``job`` on ``catalog`` within ``limits``.
+
+    ``work`` is what is left, in the job file's unit (default: all of it); ``blocked``
+    holds :attr:`Pool.key` values to leave out (a cooling spot pool is ``(id, "spot")``);
+    ``interruption_rates`` are per spot pool id; ``speeds`` are per-GPU speeds in the work
+    model's unit per second, in place of the job's figures for those GPUs; ``purchase``
+    narrows ``purchase.allow``; ``objective`` defaults to the job's.
+    """
+    model = work_model(job)
+    if work is not None:
+        model = model.left(work)
+    if speeds:
+        model = model.with_speeds(speeds, "measured in this run")
+    objective = objective or job.objective.minimize
+    candidates = candidate_configs(job, catalog, model, today=today, interruption_rates=interruption_rates,
+                                   blocked=blocked, purchase=purchase, objective=objective)
+    return Planned(solve(candidates.configs, model.work, limits, objective), candidates, model, limits, objective)
