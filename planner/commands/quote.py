@@ -8,11 +8,6 @@ import os
 
 from rich.console import Console
 
-from planner.job import load_job
-from planner.pools import check_gpu_names
-from planner.quote import make_quote
-from planner.report import plot_frontier, price_age, quote_json, render_quote
-from pricing.sources import resolve_catalog
 
 EXIT_INFEASIBLE = 2
 
@@ -52,6 +47,13 @@ def _count(text: str) -> int:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
+    # Imported here: `planner --help` must not pay for the optimizer (PuLP, HiGHS, numpy).
+    from planner.job import load_job
+    from planner.pools import check_gpu_names
+    from planner.quote import make_quote
+    from planner.report import plot_frontier, price_age, quote_json, render_quote
+    from pricing.sources import resolve_catalog
+
     job = load_job(args.job)
     catalog = resolve_catalog(args.catalog, use_cache=not args.no_cache)
     check_gpu_names(job, catalog, source=args.job)
