@@ -9,46 +9,76 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from planner.errors import JobSpecError
 from pricing.catalog import PURCHASE_OPTIONS
 
 WORK_UNITS = ("tokens", "samples", "steps", "gpu_hours")
+_EMAIL = re.compile(r"[^@\s<>,;\"]{1,64}@[A-Za-z0-9.-]{1,255}")
 PurchaseOption = Literal["spot", "on_demand", "reserved_1y", "reserved_3y"]
 
 
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+"""A job's name is a slug: it names the run directory, files and e-mail subjects."""
+MAX_FILE_BYTES = 1 << 20
+"""A job file is a page of settings; anything larger is a mistake (or an attack), not a job."""
+MAX_KEYS = 5_000
+MAX_DEPTH = 8
+MAX_LIST = 256
+CHECKPOINT_SCHEMES = ("file", "s3", "gs", "gcs", "az", "abfs", "abfss", "memory")
+"""Where checkpoints may live: a local path or an object store fsspec reaches (memory:// for tests)."""
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf and nan pass a "> 0" check yet wreck the optimizer: no value here is ever infinite.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, str_max_length=4096)
 
 
 class Scaling(_Section):
-    efficiency_per_doubling: float | None = Field(default=None, gt=0, le=1)
+    efficiency_per_doubling: float | None = Field(default=None, ge=0.05, le=1)
 
 
 class Workload(_Section):
     model: str | None = None
-    tokens: float | None = Field(default=None, gt=0)
-    samples: float | None = Field(default=None, gt=0)
-    steps: float | None = Field(default=None, gt=0)
-    gpu_hours: float | None = Field(default=None, gt=0)
+    tokens: float | None = Field(default=None, ge=1, le=1e18)
+    samples: float | None = Field(default=None, ge=1, le=1e18)
+    steps: float | None = Field(default=None, ge=1, le=1e15)
+    gpu_hours: float | None = Field(default=None, ge=1e-3, le=1e9)
     reference_gpu: str | None = None
-    global_batch: float | None = Field(default=None, gt=0, description="samples (or tokens) per step")
-    min_gpu_memory_gb: float = Field(default=0, ge=0)
-    checkpoint_gb: float = Field(default=0, ge=0)
-    throughput: dict[str, float] = Field(default_factory=dict)
+    global_batch: float | None = Field(default=None, gt=0, le=1e12, description="samples (or tokens) per step")
+    min_gpu_memory_gb: float = Field(default=0, ge=0, le=1024)
+    checkpoint_gb: float = Field(default=0, ge=0, le=1e6)
+    throughput: dict[str, float] = Field(default_factory=dict, max_length=MAX_LIST)
     scaling: Scaling = Scaling()
+
+    @field_validator("steps", "samples", "tokens")
+    @classmethod
+    def _whole(cls, value: float | None) -> float | None:
+        if value is not None and value != int(value):
+            raise ValueError("must be a whole number: it counts steps, samples or tokens")
+        return value
 
     @field_validator("throughput")
     @classmethod
     def _positive_throughput(cls, value: dict[str, float]) -> dict[str, float]:
         for gpu, speed in value.items():
-            if speed <= 0:
-                raise ValueError(f"throughput for {gpu!r} must be > 0, got {speed}")
+            if not 1e-6 <= speed <= 1e15:
+                raise ValueError(f"throughput for {gpu!r} must be between 1e-6 and 1e15 units per second per GPU, "
+                                 f"got {speed}")
         return value
 
     @model_validator(mode="after")
@@ -75,13 +105,14 @@ class Workload(_Section):
 
 
 class Constraints(_Section):
-    deadline_hours: float | None = Field(default=None, gt=0)
-    budget_usd: float | None = Field(default=None, gt=0)
-    clouds: tuple[str, ...] = ()
-    regions: tuple[str, ...] = ()
+    deadline_hours: float | None = Field(default=None, gt=0, le=87_600, description="at most 10 years")
+    budget_usd: float | None = Field(default=None, gt=0, le=1e9)
+    clouds: tuple[str, ...] = Field(default=(), max_length=MAX_LIST)
+    regions: tuple[str, ...] = Field(default=(), max_length=MAX_LIST)
     max_nodes: int = Field(default=8, ge=1, le=1024)
-    max_gpus: int | None = Field(default=None, ge=1)
-    gpus: tuple[str, ...] = Field(default=(), description="GPU types the job may use (catalog names); empty = any")
+    max_gpus: int | None = Field(default=None, ge=1, le=65_536)
+    gpus: tuple[str, ...] = Field(default=(), max_length=MAX_LIST,
+                                  description="GPU types the job may use (catalog names); empty = any")
 
 
 class HeldReservation(_Section):
@@ -90,13 +121,13 @@ class HeldReservation(_Section):
     cloud: str
     region: str
     instance_type: str
-    count: int = Field(ge=1)
+    count: int = Field(ge=1, le=4096)
     until: dt.date
 
 
 class Purchase(_Section):
-    allow: tuple[PurchaseOption, ...] = ("spot", "on_demand")
-    held: tuple[HeldReservation, ...] = ()
+    allow: tuple[PurchaseOption, ...] = Field(default=("spot", "on_demand"), max_length=MAX_LIST)
+    held: tuple[HeldReservation, ...] = Field(default=(), max_length=MAX_LIST)
 
     @field_validator("allow")
     @classmethod
@@ -113,12 +144,12 @@ class Objective(_Section):
 class Overheads(_Section):
     """Assumptions of the spot overhead model; the quote prints the values it used."""
 
-    restart_minutes: float = Field(default=10.0, ge=0, description="provision + load + warm-up after a loss")
-    checkpoint_write_gbps: float = Field(default=1.0, gt=0, description="per-node checkpoint write bandwidth")
+    restart_minutes: float = Field(default=10.0, ge=0, le=10_080, description="provision + load + warm-up after a loss")
+    checkpoint_write_gbps: float = Field(default=1.0, ge=1e-3, le=1e4, description="per-node checkpoint write bandwidth")
 
 
 class Run(_Section):
-    entrypoint: tuple[str, ...] = ()
+    entrypoint: tuple[str, ...] = Field(default=(), max_length=1024)
     provider: Literal["local", "aws", "gcp", "azure"] = "local"
     nproc_per_node: int = Field(default=1, ge=1, le=64)
     checkpoint_dir: str | None = None
@@ -136,29 +167,68 @@ class Run(_Section):
             raise ValueError('entrypoint is an argv list, e.g. ["python", "train.py"], never a shell string')
         return value
 
+    @field_validator("checkpoint_dir")
+    @classmethod
+    def _known_store(cls, value: str | None) -> str | None:
+        if value is not None and "://" in value:
+            scheme = value.split("://", 1)[0].lower()
+            if scheme not in CHECKPOINT_SCHEMES:
+                raise ValueError(f"checkpoint_dir scheme {scheme!r} is not one of {', '.join(CHECKPOINT_SCHEMES)}; "
+                                 "give a local path or e.g. s3://bucket/prefix")
+        return value
+
 
 class Alerts(_Section):
-    email: tuple[str, ...] = ()
+    email: tuple[str, ...] = Field(default=(), max_length=MAX_LIST)
     smtp_url: str | None = None
-    thresholds: tuple[float, ...] = (0.5, 0.8, 1.0)
+    thresholds: tuple[float, ...] = Field(default=(0.5, 0.8, 1.0), max_length=32)
+    sender: str | None = None
+
+    @field_validator("email")
+    @classmethod
+    def _addresses(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for address in value:
+            if not _EMAIL.fullmatch(address):
+                raise ValueError(f"{_shown(address)} is not an e-mail address like ml-team@example.com")
+        return value
+
+    @field_validator("sender")
+    @classmethod
+    def _sender(cls, value: str | None) -> str | None:
+        if value is not None and not _EMAIL.fullmatch(value):
+            raise ValueError(f"{_shown(value)} is not an e-mail address like danlu@example.com")
+        return value
 
     @field_validator("smtp_url")
     @classmethod
-    def _smtp_scheme(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("smtp://", "smtps://")):
+    def _smtp_url(cls, value: str | None) -> str | None:
+        # The URL is never echoed back: it may hold a password.
+        if value is None:
+            return value
+        if not value.startswith(("smtp://", "smtps://")):
             raise ValueError("smtp_url must start with smtp:// or smtps://, e.g. smtp://127.0.0.1:8025")
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 -- raises ValueError for a port that is not a number in range
+        except ValueError:
+            raise ValueError("smtp_url has no valid host[:port], e.g. smtp://mail.example.com:587") from None
+        if parts.username is not None or parts.password is not None:
+            raise ValueError("smtp_url must not hold credentials (user:password@); set DANLU_SMTP_USER and "
+                             "DANLU_SMTP_PASSWORD in the environment instead")
+        if not parts.hostname or parts.path not in ("", "/") or parts.query or parts.fragment:
+            raise ValueError("smtp_url is smtp[s]://host[:port] and nothing more, e.g. smtp://mail.example.com:587")
         return value
 
     @field_validator("thresholds")
     @classmethod
     def _fractions(cls, value: tuple[float, ...]) -> tuple[float, ...]:
-        if any(t <= 0 for t in value):
-            raise ValueError("thresholds are fractions of budget_usd and must be > 0, e.g. [0.5, 0.8, 1.0]")
+        if any(not 0 < t <= 10 for t in value):
+            raise ValueError("thresholds are fractions of budget_usd, each in (0, 10], e.g. [0.5, 0.8, 1.0]")
         return tuple(sorted(set(value)))
 
 
 class JobSpec(_Section):
-    name: str = Field(min_length=1)
+    name: str = Field(pattern=NAME_PATTERN, description="letters, digits, '.', '_', '-'; at most 100")
     workload: Workload
     constraints: Constraints = Constraints()
     purchase: Purchase = Purchase()
@@ -172,23 +242,73 @@ def load_job(path: str | Path) -> JobSpec:
     """Read and validate a job file; raise :class:`JobSpecError` naming every problem."""
     path = Path(path)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        if path.exists() and not path.is_file() and not path.is_dir():  # a FIFO would block forever
+            raise JobSpecError(str(path), ["not a regular file; give the path of a job.toml file"])
+        with path.open("rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            too_big = f"larger than {MAX_FILE_BYTES // 1024} KiB; a job file is a page of settings"
+            raise JobSpecError(str(path), [too_big])
+        raw = tomllib.loads(data.decode("utf-8"))
     except FileNotFoundError:
         raise JobSpecError(str(path), ["file not found"]) from None
     except IsADirectoryError:
         raise JobSpecError(str(path), ["is a directory; give the path of a job.toml file"]) from None
+    except PermissionError:
+        raise JobSpecError(str(path), ["cannot be read (permission denied)"]) from None
     except UnicodeDecodeError as exc:
         raise JobSpecError(str(path), [f"not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
     except tomllib.TOMLDecodeError as exc:
         raise JobSpecError(str(path), [f"not valid TOML: {exc}"]) from None
+    except RecursionError:
+        raise JobSpecError(str(path), [f"nested deeper than a job file ever is (more than {MAX_DEPTH} levels)"]) \
+            from None
     return parse_job(raw, source=str(path))
 
 
 def parse_job(raw: dict[str, Any], source: str = "<job>") -> JobSpec:
+    problems = _shape_problems(raw)
+    if problems:
+        raise JobSpecError(source, problems)
     try:
         return JobSpec.model_validate(raw)
     except ValidationError as exc:
         raise JobSpecError(source, [_describe(err, raw) for err in exc.errors()]) from None
+
+
+def _shape_problems(raw: Any) -> list[str]:
+    """What no job file can hold, whatever the key: control characters, absurd nesting or size."""
+    problems: list[str] = []
+    count = 0
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), raw)]
+    while stack and len(problems) < 5:
+        loc, value = stack.pop()
+        count += 1
+        if count > MAX_KEYS:
+            return [f"(top level): more than {MAX_KEYS} keys and values; a job file is a page of settings"]
+        if len(loc) > MAX_DEPTH:
+            problems.append(f"{_key_path(loc)}: nested deeper than {MAX_DEPTH} levels")
+            continue
+        if isinstance(value, dict):
+            stack.extend(((*loc, str(k)), v) for k, v in value.items())
+            for k in value:
+                if _CONTROL.search(str(k)):
+                    problems.append(f"{_key_path(loc)}: a key holds a control character ({_shown(str(k))})")
+        elif isinstance(value, list):
+            stack.extend(((*loc, i), v) for i, v in enumerate(value))
+        elif isinstance(value, str) and _CONTROL.search(value):
+            problems.append(f"{_key_path(loc)}: holds a control character (NUL, escape, ...); remove it")
+    return problems
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+"""Control characters but tab and newline: a NUL breaks argv, an ESC rewrites the terminal."""
+
+
+def _shown(value: object, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters: an error message must not echo a megabyte back."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _describe(error: dict[str, Any], raw: dict[str, Any]) -> str:
@@ -209,7 +329,8 @@ def _describe(error: dict[str, Any], raw: dict[str, Any]) -> str:
         return f"{key}: required key is missing"
     msg = error["msg"].removeprefix("Value error, ")
     given = error.get("input")
-    shown = "" if isinstance(given, dict) or given is None else f" (got {given!r})"
+    secret = key.startswith("alerts.smtp_url")  # may hold a password: never echoed
+    shown = "" if isinstance(given, dict) or given is None or secret else f" (got {_shown(given)})"
     if key.endswith(("workload", "purchase", "alerts", "run")) and kind == "value_error":
         return f"{key}: {msg}"
     return f"{key}: {msg}{shown}"

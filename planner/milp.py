@@ -170,7 +170,9 @@ def solve(
         return None
     phases = []
     for k, c in enumerate(configs):
-        if (y[k].value() or 0) > 0.5 and (h[k].value() or 0) > 1e-9:
+        # A phase does a share of the work; a used-but-idle first phase (h = 0) is not one. Relative to
+        # the work, so a job of seconds is not lost below an absolute tolerance.
+        if (y[k].value() or 0) > 0.5 and (h[k].value() or 0) * c.rate > 1e-6 * work:
             switch = R * (1 - round(f[k].value() or 0))
             phases.append(Phase(config=c, hours=h[k].value() + switch, switch_hours=switch))
     phases.sort(key=lambda p: (p.switch_hours > 0, PURCHASE_CLASS[p.config.purchase], -p.config.burn))

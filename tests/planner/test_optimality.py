@@ -41,7 +41,7 @@ def jobs(draw, purchases=("on_demand",)):
     if draw(st.booleans()):
         constraints["regions"] = draw(st.lists(st.sampled_from(["us-*", "europe-*", "*east*", "asia-*"]),
                                                min_size=1, unique=True))
-    workload = {"model": model, UNITS[model]: 10**amount, "checkpoint_gb": 0}
+    workload = {"model": model, UNITS[model]: float(round(10**amount)), "checkpoint_gb": 0}  # counts are whole
     if draw(st.booleans()):
         workload["min_gpu_memory_gb"] = draw(st.sampled_from([16, 24, 40, 80]))
     return parse_job({
