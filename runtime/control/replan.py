@@ -37,7 +37,7 @@ from planner.quote import PlanView, limits_for, make_quote, view
 from planner.workload import work_model
 from pricing import risk
 from pricing.catalog import Catalog, CatalogFilter, Offering, with_prices
-from runtime.providers.base import PoolSpec
+from pricing.pool import Pool
 
 __all__ = [
     "Measured",
@@ -58,19 +58,19 @@ __all__ = [
 
 
 def offering_pool_id(offering: Offering, purchase: str) -> str:
-    """The id a :class:`PoolSpec` of this offering would have (zones count for spot only)."""
+    """The id a :class:`Pool` of this offering would have (zones count for spot only)."""
     zone = offering.zone if purchase == "spot" else None
     where = f"{offering.region}/{zone}" if zone else offering.region
     return f"{offering.cloud}:{where}:{offering.instance_type}"
 
 
-def pool_from_config(config: Config) -> PoolSpec:
-    """The pool a plan phase runs on."""
+def pool_from_config(config: Config) -> Pool:
+    """The pool a plan phase runs on (its node count is ``config.nodes``)."""
     o = config.offering
-    return PoolSpec(
+    return Pool(
         cloud=o.cloud, region=o.region, zone=o.zone if config.purchase == "spot" else None,
         instance_type=o.instance_type, gpu=o.gpu, gpus_per_node=o.gpus_per_node, purchase=config.purchase,
-        nodes=config.nodes, hourly_usd=config.hourly_usd,
+        hourly_usd=config.hourly_usd,
     )
 
 
@@ -118,10 +118,16 @@ class ReplanResult:
     plan: PlanView | None
     job: JobSpec | None
     reason: str = ""
+    late: bool = False
+    note: str = ""
 
     @property
-    def pool(self) -> PoolSpec | None:
+    def pool(self) -> Pool | None:
         return pool_from_config(self.plan.solution.phases[0].config) if self.plan else None
+
+    @property
+    def nodes(self) -> int | None:
+        return self.plan.solution.phases[0].config.nodes if self.plan else None
 
 
 def measured_speeds(job: JobSpec, measured: Measured) -> dict[str, float]:
@@ -190,7 +196,7 @@ def first_plan(job: JobSpec, catalog: Catalog) -> ReplanResult:
     return ReplanResult(None, job, f"the job cannot be planned: {why}")
 
 
-def replan_or_late(request: ReplanRequest) -> tuple[ReplanResult, str]:
+def replan_or_late(request: ReplanRequest) -> ReplanResult:
     """:func:`replan`; when only the deadline is in the way, the cheapest plan that ignores it.
 
     A job that can no longer meet its deadline is still worth finishing; the note says so.
@@ -199,8 +205,11 @@ def replan_or_late(request: ReplanRequest) -> tuple[ReplanResult, str]:
     if result.plan is None and request.hours_left is not None and request.budget_left_usd != 0:
         late = replan(dataclasses.replace(request, hours_left=None))
         if late.plan is not None:
-            return late, f"the deadline can no longer be met ({result.reason}); finishing as cheaply as possible"
-    return result, ""
+            return dataclasses.replace(
+                late, late=True,
+                note=f"the deadline can no longer be met ({result.reason}); finishing as cheaply as possible",
+            )
+    return result
 
 
 def _why_not(job: JobSpec, request: ReplanRequest) -> str:
@@ -214,13 +223,13 @@ def _why_not(job: JobSpec, request: ReplanRequest) -> str:
     return "no plan fits: " + ", ".join(parts)
 
 
-def config_rate(job: JobSpec, pool: PoolSpec) -> float | None:
-    """Work units per failure-free hour of ``pool`` from the job's throughput figures."""
+def config_rate(job: JobSpec, pool: Pool, nodes: int = 1) -> float | None:
+    """Work units per failure-free hour of ``nodes`` of ``pool`` from the job's throughput figures."""
     work = work_model(job)
     speed = work.speed(pool.gpu)
     if speed is None:
         return None
-    gpus = pool.nodes * pool.gpus_per_node
+    gpus = nodes * pool.gpus_per_node
     return gpus * speed * work.efficiency_per_doubling ** math.log2(gpus) * 3600.0
 
 
@@ -278,7 +287,7 @@ def decide(
     return policy.decide(state)
 
 
-def pool_interruption_rate(catalog: Catalog, pool: PoolSpec) -> float | None:
+def pool_interruption_rate(catalog: Catalog, pool: Pool) -> float | None:
     """The catalog's interruption rate for ``pool`` (None when the catalog lacks it)."""
     for o in catalog:
         if (o.cloud, o.region, o.instance_type) == (pool.cloud, pool.region, pool.instance_type) and (

@@ -14,13 +14,16 @@ from runtime.control.events import EventLog, read_events
 from runtime.control.run_state import (
     LaunchRecord,
     RunStateError,
-    SimClock,
     load_state,
     new_state,
     plan_pool,
     save_state,
 )
+from pricing.pool import Pool
+from runtime.control.clock import ManualClock, WallClock
 from tests.run.helpers import write_catalog, write_job
+
+POOL = Pool("aws", "us-east-1", "use1-az1", "g4dn.xlarge", "T4", 1, "spot", 0.16)
 
 
 def _state(tmp_path: Path, **changes):
@@ -30,15 +33,20 @@ def _state(tmp_path: Path, **changes):
 
 
 def test_sim_clock_scales_from_its_origin() -> None:
-    clock = SimClock(origin=1000.0, scale=60)
+    clock = WallClock(origin=1000.0, scale=60)
     assert clock.sim(1000.0) == 1000.0
     assert clock.sim(1010.0) == 1600.0
     assert clock.real_seconds(120) == 2
+    manual = ManualClock(origin=1000.0, scale=60)
+    manual.sleep(10)
+    assert (manual.wall(), manual.now()) == (1010.0, 1600.0)
+    assert ManualClock(origin=1000.0, scale=60, at=1020.0).now() == 2200.0
 
 
 def test_state_round_trips_through_the_file(tmp_path: Path) -> None:
     state = _state(tmp_path)
-    state.launches.append(LaunchRecord("l-1", {"cloud": "aws"}, 2, 0, 5.0, nodes=[{"id": "l-1-n0"}]))
+    state.launches.append(LaunchRecord(launch_id="l-1", pool=POOL, nodes=1, world_size=2, start_step=0,
+                                       provisioned_at=5.0, hosts=[{"id": "l-1-n0"}]))
     state.cooling["aws:x:y"] = 12.5
     save_state(tmp_path / "run", state)
     loaded = load_state(tmp_path / "run")
@@ -74,13 +82,13 @@ def test_jobs_planner_run_cannot_follow_are_refused(tmp_path: Path) -> None:
 def test_plan_files_name_the_missing_key() -> None:
     with pytest.raises(RunStateError, match="plan.phases"):
         plan_pool({"plan": {"phases": []}}, source="plan.json")
-    with pytest.raises(RunStateError, match="'nodes'"):
+    with pytest.raises(RunStateError, match="key 'nodes'"):
         plan_pool({"phases": [{"cloud": "aws", "region": "r", "instance_type": "t", "gpu": "T4",
                                "gpus_per_node": 1, "purchase": "spot", "hourly_usd": 1}]}, source="plan.json")
-    pool = plan_pool({"plan": {"phases": [{"cloud": "aws", "region": "r", "zone": "z", "instance_type": "t",
+    pool, nodes = plan_pool({"plan": {"phases": [{"cloud": "aws", "region": "r", "zone": "z", "instance_type": "t",
                                            "gpu": "T4", "gpus_per_node": 1, "nodes": 2, "purchase": "spot",
                                            "hourly_usd": 1.5}]}}, source="plan.json")
-    assert pool.pool_id == "aws:r/z:t" and pool.nodes == 2
+    assert pool == Pool("aws", "r", "z", "t", "T4", 1, "spot", 1.5) and pool.id == "aws:r/z:t" and nodes == 2
 
 
 def test_event_log_survives_a_torn_last_line(tmp_path: Path) -> None:
@@ -101,7 +109,7 @@ def test_event_log_survives_a_torn_last_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--provider", "aws"], "only the local provider"),
+        (["--provider", "aws"], "provider 'aws' is not registered; registered providers: local"),
         (["--chaos", "when=3s"], "--chaos"),
         (["--chaos", "at=soon"], "not a duration"),
     ],
