@@ -270,7 +270,10 @@ class RunState(_Model):
     def to_json(self) -> str:
         # Validate the whole state once more: nested dicts and lists change in place, unseen.
         data = self.model_dump(mode="json")
-        RunState.model_validate(data)._check_pair("state.json")
+        try:
+            RunState.model_validate(data)._check_pair(STATE_FILE)
+        except ValidationError as exc:
+            raise RunStateError(f"{STATE_FILE}: refusing to write an invalid run state: {_errors(exc)}") from None
         return json.dumps(data, indent=1, sort_keys=True) + "\n"
 
     @classmethod

@@ -195,3 +195,30 @@ def test_the_controller_takes_a_built_provider_and_never_calls_outside_its_inter
     controller = Controller.open(run_dir, tuning=TUNING, provider=Watched(), clock=clock)
     assert controller.run()["status"] == "completed"
     assert used <= interface and {"provision", "run", "poll", "terminate", "close"} <= used
+
+
+# Workers at a third of the table's speed, preempted 6 s into training: after the restart the
+# 0.2 h deadline cannot be met any more, though the first plan met it.
+LATE = dict(steps_per_s=SPEED * SCALE / 3, reclaims=(Reclaim("l-1", after_s=6.0, notice=True, lead_s=1.0),))
+
+
+def test_a_deadline_miss_goes_on_with_the_late_plan_and_alerts(tmp_path: Path) -> None:
+    run = start_run(tmp_path, script(**LATE), deadline_hours=0.2, restart_minutes=5)
+    summary = run.run()
+    assert summary["status"] == "completed" and summary["steps"] == 300
+    miss = run.events("deadline_miss")
+    assert len(miss) == 1 and miss[0]["action"] == "continue" and "can no longer be met" in miss[0]["reason"]
+    assert run.events("replan")[0]["pool"] == miss[0]["pool"]
+    mail = (run.run_dir / "outbox" / "replan-deadline-miss-1.eml").read_text()
+    assert "deadline miss" in mail
+
+
+def test_a_deadline_miss_stops_the_run_when_the_job_says_so(tmp_path: Path) -> None:
+    run = start_run(tmp_path, script(**LATE), deadline_hours=0.2, restart_minutes=5,
+                    extra='on_deadline_miss = "stop"')
+    summary = run.run()
+    assert summary["status"] == "infeasible" and 'on_deadline_miss = "stop"' in summary["cause"]
+    assert [e["action"] for e in run.events("deadline_miss")] == ["stop"]
+    assert len(summary["launches"]) == 1 and summary["launches"][0]["outcome"] == "preempted"
+    assert summary["steps"] == summary["launches"][0]["end_step"] > 0  # the work up to the notice is kept
+    assert not list((run.run_dir / "outbox").glob("replan-deadline-miss-*"))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from planner.cli import main
 from planner.job import load_job
@@ -133,3 +135,73 @@ def test_an_infeasible_job_ends_without_launching(tmp_path: Path, capsys) -> Non
     out = capsys.readouterr().out
     assert json.loads(out[out.index("\n{\n") + 1:]) == summary
     assert oct(os.stat(run_dir / "summary.json").st_mode & 0o777) == "0o644"
+
+
+def _no_budget_run(tmp_path: Path) -> Path:
+    job_path = write_job(tmp_path / "job.toml", entrypoint=["python", "train.py"])
+    job_path.write_text(job_path.read_text().replace("budget_usd = 5.0\n", ""))
+    catalog = write_catalog(tmp_path / "catalog.csv")
+    new_state(job_path=job_path, job=load_job(job_path), run_dir=tmp_path / "run", catalog=str(catalog),
+              provider="local", time_scale=60, policy="danlu", chaos=[])
+    return tmp_path / "run"
+
+
+@pytest.mark.parametrize("budget", ["-5", "0", "nan"])
+def test_a_resume_with_a_bad_budget_is_refused_and_the_run_stays_resumable(tmp_path: Path, capsys,
+                                                                            budget: str) -> None:
+    from tests.run.fake_run import open_run, script
+
+    run_dir = _no_budget_run(tmp_path)
+    before = (run_dir / "state.json").read_bytes()
+    assert main(["run", "--resume", str(run_dir), "--budget-usd", budget]) == 2
+    err = capsys.readouterr().err
+    assert "--budget-usd" in err and "positive number" in err and "Traceback" not in err
+    assert (run_dir / "state.json").read_bytes() == before
+    assert open_run(run_dir, script()).run()["status"] == "completed"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda s: s.update(status="bogus"), "status: Input should be 'running'"),
+        (lambda s: s.update(time_scale=0), "time_scale: Input should be greater than 0"),
+        (lambda s: s.update(policy="yolo"), "policy: Value error, unknown policy 'yolo'"),
+        (lambda s: s["job"]["constraints"].update(budget_usd=-5), "job: Value error, the job does not validate: "
+                                                                  "constraints.budget_usd"),
+        (lambda s: s.update(pool={**POOL.to_dict(), "purchase": "lease"}, nodes=1), "pool: Value error, purchase="),
+        (lambda s: s.update(pool=POOL.to_dict(), nodes=None), "keys 'pool' and 'nodes' go together"),
+        (lambda s: s.update(launches=[{"launch_id": "l-1", "pool": POOL.to_dict(), "nodes": 0, "world_size": 1,
+                                       "start_step": 0, "provisioned_at": 1.0}]),
+         "launches.0.nodes: Input should be greater than or equal to 1"),
+        (lambda s: s.update(surprise=1), "surprise: Extra inputs are not permitted"),
+    ],
+)
+def test_a_bad_state_file_is_refused_naming_the_key(tmp_path: Path, change, message: str) -> None:
+    _state(tmp_path)
+    path = tmp_path / "run" / "state.json"
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(RunStateError, match=re.escape(message)):
+        load_state(tmp_path / "run")
+
+
+def test_a_bad_value_never_reaches_the_file(tmp_path: Path) -> None:
+    state = _state(tmp_path)
+    with pytest.raises(ValidationError, match="status"):
+        state.status = "bogus"
+    with pytest.raises(ValidationError, match="budget_usd"):
+        state.job = {**state.job, "constraints": {**state.job["constraints"], "budget_usd": -5}}
+    state.cooling["aws:x:y"] = float("nan")  # a nested change is caught when the state is written
+    with pytest.raises(RunStateError, match="refusing to write an invalid run state: cooling.aws:x:y"):
+        save_state(tmp_path / "run", state)
+    assert load_state(tmp_path / "run").cooling == {}
+
+
+def test_plan_files_with_held_and_reserved_pools_are_runnable(tmp_path: Path) -> None:
+    for purchase, extra in [("reserved_held", {"term_hours": 100.0}), ("reserved_3y", {"term_usd": 9.0})]:
+        pool, nodes = plan_pool({"phases": [{**POOL.to_dict(), "zone": None, "purchase": purchase, "hourly_usd": 0,
+                                             "nodes": 3, **extra}]}, source="plan.json")
+        assert (pool.purchase, pool.hourly_usd, nodes) == (purchase, 0.0, 3)
+    with pytest.raises(RunStateError, match="plan.phases\\[0\\]: purchase='lease' is not one of"):
+        plan_pool({"phases": [{**POOL.to_dict(), "purchase": "lease", "nodes": 1}]}, source="plan.json")
