@@ -25,6 +25,8 @@ _SHOWN = {
     "plan": "plan: {pool} (expected ${expected_cost_usd:.2f}, {expected_hours:.2f} h)",
     "decision": "policy {policy}: {target} -- {reason}",
     "replan": "re-plan ({reason}): {pool}",
+    "deadline_miss": "deadline miss ({action}): {reason}",
+    "provision_failed": "no capacity for {pool}: {reason}",
     "launch": "launch {launch}: {pool}, world size {world_size}, from step {start_step}",
     "training": "launch {launch}: training from step {step}",
     "chaos": "chaos: reclaiming {node}",

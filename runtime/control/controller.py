@@ -104,9 +104,10 @@ class Tuning:
 
 
 ProviderChoice = Provider | Callable[[ProviderContext], Provider] | None
-"""What :meth:`Controller.open` takes as ``provider``: one built already, a factory given the
-run's :class:`ProviderContext` (so it carries the chaos plan and the clock), or None for the
-registered provider the run state names."""
+"""What :meth:`Controller.open` takes as ``provider``: a factory given the run's
+:class:`ProviderContext` (so it carries out the run's chaos plan on the run's clock), one
+built already (with whatever faults it was built with), or None for the registered
+provider the run state names."""
 
 
 @dataclass(slots=True)
@@ -138,6 +139,7 @@ class Controller:
         self.ledger = Ledger(run_dir, clock=clock.now)
         self.store = CheckpointStore(state.checkpoint_dir)
         self.policy = make_policy(state.policy)
+        self.chaos = chaos
         if chaos is not None:
             chaos.on_fire = self._chaos_fired
         config = alerts.AlertsConfig.from_mapping(
@@ -342,7 +344,8 @@ class Controller:
         stop = self.job.run.on_deadline_miss == "stop"
         assert result.plan is not None and result.pool is not None
         self.events.emit("deadline_miss", reason=result.note, action="stop" if stop else "continue",
-                         pool=result.pool.label(result.nodes), expected_cost_usd=round(result.plan.expected_cost_usd, 4),
+                         pool=result.pool.label(result.nodes),
+                         expected_cost_usd=round(result.plan.expected_cost_usd, 4),
                          expected_hours=round(result.plan.expected_hours, 4))
         if stop:
             self._finish("infeasible", f"{result.note}; [run].on_deadline_miss = \"stop\"")
@@ -486,7 +489,8 @@ class Controller:
 
     def _chaos_fired(self, fired: ChaosFired) -> None:
         """The provider carried out a chaos preemption: log it and remember it across a resume."""
-        self.state.chaos_fired += 1
+        assert self.chaos is not None
+        self.state.chaos_fired = self.chaos.fired
         self.events.emit("chaos", node=fired.node, scheduled_s=round(fired.scheduled_s, 3),
                          elapsed_s=round(fired.elapsed_s, 3), reclaim_at=self.clock.sim(fired.reclaim_at))
         self.save()

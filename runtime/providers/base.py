@@ -147,9 +147,13 @@ class Provider(abc.ABC):
     name: str
 
     @classmethod
+    @abc.abstractmethod
     def from_context(cls, context: ProviderContext) -> Provider:
-        """The provider a run uses; the registry builds every provider this way."""
-        raise ProviderError(f"the {getattr(cls, 'name', cls.__name__)} provider cannot be built for a run")
+        """The provider of one run; the registry builds every provider this way.
+
+        Raises:
+            ProviderError: it cannot be built here (no credentials, say); the message says what to do.
+        """
 
     @abc.abstractmethod
     def provision(self, pool: Pool, *, nodes: int, launch_id: str) -> list[Node]:

@@ -63,6 +63,16 @@ def test_planner_run_refuses_an_unregistered_provider_before_writing_anything(tm
     assert not (tmp_path / "run").exists()
 
 
+def test_planner_run_refuses_a_provider_whose_sdk_is_missing(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(registry.metadata, "entry_points", _entry_points(("aws", "no_such_sdk_xyz.ec2:Provider")))
+    job = write_job(tmp_path / "job.toml", entrypoint=["python", "train.py"], extra='provider = "aws"')
+    job.write_text(job.read_text().replace('provider = "local"\n', ""))
+    assert main(["run", str(job), "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "provider 'aws' (no_such_sdk_xyz.ec2:Provider) cannot be loaded" in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+
+
 class MyCloud(LocalProvider):
     """A "new cloud" for the registry test: built from the context, nothing else."""
 
