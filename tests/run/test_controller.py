@@ -222,3 +222,16 @@ def test_a_deadline_miss_stops_the_run_when_the_job_says_so(tmp_path: Path) -> N
     assert len(summary["launches"]) == 1 and summary["launches"][0]["outcome"] == "preempted"
     assert summary["steps"] == summary["launches"][0]["end_step"] > 0  # the work up to the notice is kept
     assert not list((run.run_dir / "outbox").glob("replan-deadline-miss-*"))
+
+
+def test_a_clock_that_is_not_the_runs_is_refused(tmp_path: Path) -> None:
+    from runtime.control.clock import ManualClock
+    from runtime.control.controller import Controller
+    from runtime.control.run_state import RunStateError
+
+    run_dir = new_run(tmp_path)
+    state = load_state(run_dir)
+    with pytest.raises(RunStateError, match="is not the run's"):
+        Controller.open(run_dir, provider=FakeProvider.scripted(script()),
+                        clock=ManualClock(state.origin, state.time_scale * 2))
+    assert not (run_dir / "events.jsonl").exists()  # refused before anything was logged
