@@ -38,7 +38,6 @@ from runtime.providers.base import Node
 from runtime.training.store import CheckpointStore
 
 __all__ = [
-    "END_STATES",
     "LaunchRecord",
     "Progress",
     "RunState",
@@ -59,7 +58,6 @@ __all__ = [
 STATE_FILE = "state.json"
 SUMMARY_FILE = "summary.json"
 FORMAT = 2
-END_STATES = ("completed", "failed", "infeasible", "budget_cap", "cancelled")
 Status = Literal["running", "completed", "failed", "infeasible", "budget_cap", "cancelled"]
 
 
@@ -84,7 +82,7 @@ Count = Annotated[int, Field(ge=0)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 @dataclass(frozen=True, slots=True)
