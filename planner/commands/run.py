@@ -25,6 +25,8 @@ _SHOWN = {
     "plan": "plan: {pool} (expected ${expected_cost_usd:.2f}, {expected_hours:.2f} h)",
     "decision": "policy {policy}: {target} -- {reason}",
     "replan": "re-plan ({reason}): {pool}",
+    "deadline_miss": "deadline miss ({action}): {reason}",
+    "provision_failed": "no capacity for {pool}: {reason}",
     "launch": "launch {launch}: {pool}, world size {world_size}, from step {start_step}",
     "training": "launch {launch}: training from step {step}",
     "chaos": "chaos: reclaiming {node}",
@@ -57,11 +59,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR after the controller died")
     p.add_argument("--budget-usd", type=float, metavar="USD",
                    help="with --resume: a larger budget, to finish a run the hard budget cap stopped")
-    p.add_argument("--provider", choices=("local", "aws", "gcp", "azure"),
-                   help="where nodes come from (default: the job's [run].provider)")
+    p.add_argument("--provider", metavar="NAME",
+                   help="where nodes come from: a provider registered under the danlu.providers entry points "
+                        "(default: the job's [run].provider; an unknown name lists the registered ones)")
     p.add_argument("--chaos", metavar="SPEC", action="append", default=[],
-                   help="inject preemptions (local provider): at=20s,45s; rate=1/5m; trace=PATH; notice=gcp; "
-                        "seed=N; node=I -- clauses separated by ';', the flag may repeat")
+                   help="inject preemptions (the provider carries them out): at=20s,45s; rate=1/5m; "
+                        "trace=PATH; notice=gcp; seed=N; node=I -- clauses separated by ';', the flag may repeat")
     p.add_argument("--time-scale", type=_positive, default=1.0, metavar="FACTOR",
                    help="simulated seconds per real second for billing, deadlines and notice lead times "
                         "(local provider; default 1)")
@@ -89,11 +92,14 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     from runtime.control.controller import Controller, Tuning
     from runtime.errors import RuntimeFailure
     from runtime.control.run_state import new_state, raise_budget
+    from runtime.providers import registry
 
     tuning = Tuning(cooldown_minutes=args.cooldown, rdzv_timeout_s=args.rdzv_timeout)
     if args.resume:
-        if args.job or args.plan or args.chaos:
-            raise RuntimeFailure("--resume continues a run as it was started; do not pass JOB, --plan or --chaos")
+        if args.job or args.plan or args.chaos or args.provider:
+            raise RuntimeFailure(
+                "--resume continues a run as it was started; do not pass JOB, --plan, --chaos or --provider"
+            )
         run_dir = Path(args.resume)
         if args.budget_usd is not None:
             raise_budget(run_dir, args.budget_usd)
@@ -104,11 +110,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             raise RuntimeFailure("give a JOB file to run, or --resume RUN_DIR")
         job = load_job(args.job)
         provider = args.provider or job.run.provider
-        if provider != "local":
-            raise RuntimeFailure(
-                f"provider {provider!r} is not available in this version; only the local provider runs jobs. "
-                "To fix: pass --provider local (or set [run].provider = \"local\")."
-            )
+        registry.load(provider)  # an unknown or unloadable provider fails before anything is written
         parse_chaos(args.chaos)  # a bad spec fails before anything starts
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         run_dir = Path(args.run_dir or f"runs/{job.name}-{stamp}")

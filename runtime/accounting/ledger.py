@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pricing.catalog import PURCHASE_OPTIONS
+from pricing.pool import PURCHASES as PURCHASE_OPTIONS  # held capacity is billed too, at $0
 from runtime.errors import RuntimeFailure
 
 __all__ = [

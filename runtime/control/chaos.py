@@ -1,4 +1,4 @@
-"""Injected preemptions for the local provider: ``planner run --chaos SPEC``.
+"""Injected preemptions: ``planner run --chaos SPEC``, carried out by the provider itself.
 
 A spec is ``;``-separated ``key=value`` clauses (the flag may also be repeated)::
 
@@ -17,7 +17,11 @@ lead time (:data:`runtime.providers.notices.NOTICE_LEAD_S`: AWS 2 min, GCP and A
 by the time scale.
 
 A preemption whose time comes while no node is running is applied to the next node
-that comes up (a reclaim cannot hit a machine that does not exist).
+that comes up (a reclaim cannot hit a machine that does not exist), and only once its
+workers train: :class:`ChaosPlan` is what a provider is given (through
+:class:`runtime.providers.base.ProviderContext`) to decide when and whom to reclaim;
+it reports every preemption it hands out to ``on_fire``, so the controller can log it
+and keep ``fired`` in ``state.json`` (a resumed run does not replay old preemptions).
 """
 
 from __future__ import annotations
@@ -25,13 +29,18 @@ from __future__ import annotations
 import math
 import random
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
+from runtime.control.clock import Clock
 from runtime.errors import RuntimeFailure
 
 __all__ = [
     "ChaosClock",
+    "ChaosFired",
+    "ChaosPlan",
     "ChaosSpec",
     "ChaosSpecError",
     "parse_chaos",
@@ -42,6 +51,8 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 MAX_RATE_EVENTS = 10_000
 KEYS = ("at", "rate", "seed", "trace", "notice", "node")
+HORIZON_S = 7 * 86400
+_N = TypeVar("_N")
 
 
 class ChaosSpecError(RuntimeFailure):
@@ -187,3 +198,53 @@ class ChaosClock:
             self.fired += 1
             return self.times[self.fired - 1]
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class ChaosFired:
+    """One preemption handed out: ``node`` is reclaimed at ``reclaim_at`` (real POSIX seconds).
+
+    ``scheduled_s`` is when the schedule wanted it, ``elapsed_s`` when it came (wall-clock
+    seconds from the run start; later when no node was training at the scheduled time).
+    """
+
+    node: str
+    scheduled_s: float
+    elapsed_s: float
+    reclaim_at: float
+
+
+class ChaosPlan:
+    """A chaos spec scheduled on the run's clock: the fault plan a provider carries out."""
+
+    def __init__(self, spec: ChaosSpec, clock: Clock, *, fired: int = 0,
+                 on_fire: Callable[[ChaosFired], None] | None = None):
+        self.spec = spec
+        self.clock = clock
+        self.on_fire = on_fire
+        self._schedule = ChaosClock(spec.schedule(time_scale=clock.scale, horizon_s=HORIZON_S), fired)
+
+    @property
+    def fired(self) -> int:
+        return self._schedule.fired
+
+    @property
+    def notice(self) -> str | None:
+        """The notice protocol every node speaks (None: its pool's cloud)."""
+        return self.spec.notice
+
+    def due(self, nodes: Sequence[_N]) -> tuple[_N, float, float] | None:
+        """The node to reclaim now, the scheduled and the actual elapsed time -- once per preemption."""
+        if not nodes:
+            return None
+        elapsed = self.clock.wall() - self.clock.origin
+        scheduled = self._schedule.next_due(elapsed)
+        if scheduled is None:
+            return None
+        index = self.spec.node if self.spec.node is not None else len(nodes) - 1
+        return nodes[min(index, len(nodes) - 1)], scheduled, elapsed
+
+    def report(self, fired: ChaosFired) -> None:
+        """The provider carried out a preemption :meth:`due` handed out."""
+        if self.on_fire is not None:
+            self.on_fire(fired)

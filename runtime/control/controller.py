@@ -17,13 +17,23 @@ another place, ``ckpt/``.
 
 A worker crash that is not a preemption is retried ``[run].max_restarts`` times on the
 same pool, then fails the run with its cause; a launch that does not start training
-within the rendezvous timeout (plus start-up grace) is a failure too. Nodes are always
-released -- by pid, never by name -- before the controller moves on or exits.
+within the rendezvous timeout (plus start-up grace) is a failure too, and so is a pool
+without capacity (it cools down and the job is re-planned elsewhere). Nodes are always
+released -- by pid, never by name -- before the controller moves on or exits, and
+whatever goes wrong, ``state.json`` ends in an end state (never "running" after an error).
+
+When only the deadline stands in the way of a re-plan, the run goes on with the cheapest
+late plan, logs ``deadline_miss`` and alerts; with ``[run].on_deadline_miss = "stop"``
+it ends "infeasible" instead (the preempted launch has already checkpointed).
+
+The controller takes its provider and its clock (:meth:`Controller.open` builds both
+from the run state when not given): it never sleeps or reads the time but through the
+clock, and it never injects faults -- the provider carries out the chaos plan and the
+controller sees only notices and node states.
 """
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,21 +45,19 @@ from planner.policy import ON_DEMAND, PolicyMemory, make_policy
 from planner.report import plan_json
 from pricing import risk
 from pricing.catalog import Catalog
+from pricing.pool import Pool
 from pricing.sources import resolve_catalog
-from runtime.accounting import alerts
-from runtime.training import contract
-from runtime.accounting import forecast
-from runtime.control.chaos import ChaosClock, parse_chaos
-from runtime.control.events import FILENAME as EVENTS_FILE
-from runtime.control.events import EventLog
+from runtime.accounting import alerts, forecast
 from runtime.accounting.ledger import IntervalKey, Ledger
 from runtime.accounting.mailer import Mailer
-from runtime.providers.notices import INTERRUPTION, Notice
-from runtime.providers.base import LaunchSpec, Node, NodeState, PoolSpec, Provider
-from runtime.providers.local import LocalProvider
+from runtime.control.chaos import ChaosFired, ChaosPlan, parse_chaos
+from runtime.control.clock import Clock, WallClock
+from runtime.control.events import FILENAME as EVENTS_FILE
+from runtime.control.events import EventLog
 from runtime.control.replan import (
     Measured,
     ReplanRequest,
+    ReplanResult,
     decide,
     first_plan,
     pool_interruption_rate,
@@ -67,10 +75,22 @@ from runtime.control.run_state import (
     work_done_units,
     write_summary,
 )
+from runtime.providers import registry
+from runtime.providers.base import (
+    LaunchSpec,
+    Node,
+    NodeState,
+    Provider,
+    ProviderContext,
+    ProviderError,
+)
+from runtime.providers.notices import INTERRUPTION, Notice
+from runtime.training import contract
 from runtime.training.store import CheckpointStore
 
 __all__ = [
     "Controller",
+    "ProviderChoice",
     "Tuning",
 ]
 
@@ -90,17 +110,26 @@ class Tuning:
     hold_nodes: tuple[int, ...] = ()
 
 
+ProviderChoice = Provider | Callable[[ProviderContext], Provider] | None
+"""What :meth:`Controller.open` takes as ``provider``: a factory given the run's
+:class:`ProviderContext` (so it carries out the run's chaos plan on the run's clock), one
+built already (with whatever faults it was built with), or None for the registered
+provider the run state names."""
+
+
 @dataclass(slots=True)
 class _LaunchEnd:
     outcome: contract.Outcome
     reason: str
     budget_stop: bool = False
+    no_capacity: bool = False
 
 
 class Controller:
     """Runs one job to the end (see the module docstring); build it with :meth:`open`."""
 
     def __init__(self, run_dir: Path, state: RunState, job: JobSpec, catalog: Catalog, *, tuning: Tuning,
+                 provider: Provider, clock: Clock, chaos: ChaosPlan | None = None,
                  on_event: Callable[[dict[str, Any]], None] | None = None,
                  on_progress: Callable[[Progress], None] | None = None):
         self.run_dir = run_dir
@@ -109,20 +138,17 @@ class Controller:
         self.catalog = catalog
         self.tuning = tuning
         self.on_progress = on_progress
-        self.clock = state.clock
+        self.clock = clock
+        self.provider = provider
         self.work_dir = run_dir / "work"
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.events = EventLog(run_dir, clock=self.clock.now, listener=on_event)
-        self.ledger = Ledger(run_dir)
+        self.events = EventLog(run_dir, clock=clock.now, wall=clock.wall, listener=on_event)
+        self.ledger = Ledger(run_dir, clock=clock.now)
         self.store = CheckpointStore(state.checkpoint_dir)
         self.policy = make_policy(state.policy)
-        chaos = parse_chaos(state.chaos)
-        self.chaos = ChaosClock(chaos.schedule(time_scale=state.time_scale, horizon_s=7 * 86400), state.chaos_fired)
-        self.chaos_node = chaos.node
-        self.provider: Provider = LocalProvider(
-            run_dir / "provider", time_scale=state.time_scale, notice_protocol=chaos.notice,
-            hold_nodes=tuning.hold_nodes,
-        )
+        self.chaos = chaos
+        if chaos is not None:
+            chaos.on_fire = self._chaos_fired
         config = alerts.AlertsConfig.from_mapping(
             {k: v for k, v in job.alerts.model_dump().items() if v is not None}, source=state.job_path
         )
@@ -136,20 +162,45 @@ class Controller:
     @classmethod
     def open(cls, run_dir: str | Path, *, tuning: Tuning = Tuning(),
              on_event: Callable[[dict[str, Any]], None] | None = None,
-             on_progress: Callable[[Progress], None] | None = None) -> Controller:
+             on_progress: Callable[[Progress], None] | None = None,
+             provider: ProviderChoice = None, clock: Clock | None = None) -> Controller:
         """The controller of the run in ``run_dir`` (new, or to resume after a crash).
 
+        ``clock`` defaults to the real clock at the run's origin and scale; ``provider`` to
+        the registered provider the run state names (see :data:`ProviderChoice`).
+
         Raises:
-            RunStateError: no run there, or it has already ended.
+            RunStateError: no run there, it has already ended, or ``clock`` is not the run's.
+            ChaosSpecError: the run's chaos spec no longer reads (a trace file gone).
+            ProviderUnavailable: the run's provider is not registered here.
         """
         run_dir = Path(run_dir)
         state = load_state(run_dir)
         if state.status != "running":
             raise RunStateError(f"{run_dir}: the run already ended ({state.status}); nothing to resume.")
-        job = JobSpec.model_validate(state.job)
+        clock = clock or WallClock(state.origin, state.time_scale)
+        if (clock.origin, clock.scale) != (state.origin, state.time_scale):
+            raise RunStateError(
+                f"{run_dir}: the clock given (origin {clock.origin}, scale {clock.scale}) is not the run's "
+                f"(origin {state.origin}, scale {state.time_scale}). To fix: build it from the run state."
+            )
+        job = state.job_spec()
         first = not state.launches and not (run_dir / EVENTS_FILE).exists()
         catalog = resolve_catalog(state.catalog, use_cache=state.use_cache)
-        controller = cls(run_dir, state, job, catalog, tuning=tuning, on_event=on_event, on_progress=on_progress)
+        chaos = ChaosPlan(parse_chaos(state.chaos), clock, fired=state.chaos_fired)
+        context = ProviderContext(run_dir / "provider", clock, chaos=chaos, hold_nodes=tuning.hold_nodes)
+        if provider is None:
+            built = registry.create(state.provider, context)
+        elif isinstance(provider, Provider):
+            built = provider
+        else:
+            built = provider(context)
+        try:
+            controller = cls(run_dir, state, job, catalog, tuning=tuning, provider=built, clock=clock, chaos=chaos,
+                             on_event=on_event, on_progress=on_progress)
+        except BaseException:
+            built.close()
+            raise
         controller.events.emit("run_started" if first else "run_resumed", job=job.name, provider=state.provider,
                                time_scale=state.time_scale, policy=state.policy, chaos=state.chaos,
                                checkpoint_dir=state.checkpoint_dir)
@@ -160,7 +211,11 @@ class Controller:
         save_state(self.run_dir, self.state)
 
     def run(self) -> dict[str, Any]:
-        """Drive the run to an end state; returns the summary (also in ``summary.json``)."""
+        """Drive the run to an end state; returns the summary (also in ``summary.json``).
+
+        An error that escapes (a bug, a provider or ledger failure) ends the run "failed"
+        with the error as its cause before it propagates: no error leaves it "running".
+        """
         try:
             if self.state.current is not None:
                 self._recover()
@@ -170,25 +225,45 @@ class Controller:
                     continue
                 self._after(self._launch_and_follow())
         except KeyboardInterrupt:
-            self._finish("cancelled", "interrupted (Ctrl-C)")
+            self._end_after_error("cancelled", "interrupted (Ctrl-C)")
+            raise
+        except BaseException as exc:
+            self._end_after_error("failed", f"controller error: {type(exc).__name__}: {exc}")
             raise
         finally:
             summary = self._close()
         return summary
 
-    def _close(self) -> dict[str, Any]:
+    def _end_after_error(self, status: str, cause: str) -> None:
+        if self.state.status != "running":
+            return
         try:
-            current = self.state.current
+            self._finish(status, cause)
+        except Exception:
+            # The alert could not go out (the same fault, say): the end state must still land.
+            self.state.status, self.state.cause = status, cause
+            self.save()
+
+    def _close(self) -> dict[str, Any]:
+        error: Exception | None = None
+        current = self.state.current
+        try:
             if current is not None:
                 self._release(current, current.node_objects(), reason=self.state.status)
-        finally:
+        except Exception as exc:  # the summary must still be written; the error is re-raised after
+            error = exc
+        try:
             self.provider.close()
+        except Exception as exc:
+            error = error or exc
         summary = build_summary(self.state, self.job, self.ledger, self.store)
         write_summary(self.run_dir, summary)
         self.outbox.flush(timeout_s=10)
         self.outbox.close()
         self.ledger.disconnect()
         self.events.close()
+        if error is not None:
+            raise error
         return summary
 
     def _finish(self, status: str, cause: str | None = None) -> None:
@@ -202,17 +277,18 @@ class Controller:
         alerts.dispatch(self.alert_policy, self.ledger, self.outbox, self._forecast(),
                         [alerts.RunEnded(outcome, detail)], now=self.clock.now())
 
+
     # -- choosing where to run -------------------------------------------------------------
     def _choose_pool(self, *, preempted: str | None, reason: str) -> None:
         """Pick the next pool: the policy says spot or on-demand, the planner says which."""
         done = work_done_units(self.job, self.store)
         total = self.job.workload.amount
-        previous = self.state.launches[-1].pool_spec if self.state.launches else None
+        last = self.state.launches[-1] if self.state.launches else None
         purchase: tuple[str, ...] | None = None
-        while previous is not None:
+        while last is not None:
             decision = decide(
                 self.policy, job=self.job, catalog=self.catalog, elapsed_hours=self.clock.elapsed_hours(),
-                work_done=done, work_total=total, rate_per_hour=self.state.rate(self.job, previous),
+                work_done=done, work_total=total, rate_per_hour=self.state.rate(self.job, last.pool, last.nodes),
                 cooling=self.state.cooling_at(self.clock.now()), preempted=preempted,
                 memory=PolicyMemory.from_dict(self.state.policy_memory), tick_hours=TICK_HOURS,
             )
@@ -223,93 +299,114 @@ class Controller:
                 if decision.target == ON_DEMAND and "on_demand" in self.job.purchase.allow:
                     purchase = ("on_demand",)
                 break
-            time.sleep(self.clock.real_seconds(TICK_HOURS * 3600))  # wait one tick for spot to come back
+            self.clock.sleep(self.clock.real_seconds(TICK_HOURS * 3600))  # wait one tick for spot to come back
         now = self.clock.now()
-        cooling = self.state.cooling_at(now)
-        result = self._replan(done, total, cooling, purchase)
-        if result is None:
+        result = self._replan(done, total, self.state.cooling_at(now), purchase)
+        if result.plan is None or result.pool is None or result.nodes is None:
+            self.events.emit("replan" if self.state.launches else "plan", reason=result.reason, pool=None,
+                             pool_changed=False)
+            self._finish("infeasible", result.reason)
             return
-        plan_view, pool, note = result
-        self.state.pool = pool.to_dict()
+        pool, nodes, plan_view = result.pool, result.nodes, result.plan
+        if result.late and self._deadline_missed(result):
+            return
+        self.state.set_pool(pool, nodes)
         self.state.plan = plan_json(plan_view)
         old_total = self.expected_total_usd
         self.expected_total_usd = self.ledger.total_usd(now) + plan_view.expected_cost_usd
         if self.state.launches:
             self.state.replans += 1
-            self.events.emit("replan", reason=reason + (f"; {note}" if note else ""),
-                             previous=previous.label() if previous else None, pool=pool.label(),
-                             pool_changed=previous is None or previous.pool_id != pool.pool_id
-                             or previous.purchase != pool.purchase,
+            self.events.emit("replan", reason=reason + (f"; {result.note}" if result.note else ""),
+                             previous=last.label() if last else None, pool=pool.label(nodes),
+                             pool_changed=last is None or last.pool.key != pool.key,
                              expected_cost_usd=round(plan_view.expected_cost_usd, 4),
                              expected_hours=round(plan_view.expected_hours, 4), work_left=total - done)
         else:
-            self.events.emit("plan", pool=pool.label(), expected_cost_usd=round(plan_view.expected_cost_usd, 4),
-                             expected_hours=round(plan_view.expected_hours, 4), note=note)
+            self.events.emit("plan", pool=pool.label(nodes), expected_cost_usd=round(plan_view.expected_cost_usd, 4),
+                             expected_hours=round(plan_view.expected_hours, 4), note=result.note)
         self.save()
         replanned = []
         if old_total is not None:
             replanned.append(alerts.Replanned(str(self.state.replans), old_total, self.expected_total_usd, reason))
         alerts.dispatch(self.alert_policy, self.ledger, self.outbox, self._forecast(), replanned, now=now)
 
-    def _replan(self, done: float, total: float, cooling: frozenset[str], purchase: tuple[str, ...] | None):
-        note = ""
-        if not self.state.launches:
-            result = first_plan(self.job, self.catalog)
-        else:
-            now = self.clock.now()
-            budget = self.job.constraints.budget_usd
-            m = self.state.measured
-            result, note = replan_or_late(ReplanRequest(
-                job=self.job, catalog=self.catalog, work_left=total - done,
-                budget_left_usd=budget - self.ledger.total_usd(now) if budget is not None else None,
-                hours_left=(self.deadline_at - now) / 3600 if self.deadline_at is not None else None,
-                restart_hours=self.job.overheads.restart_minutes / 60,
-                measured=Measured(m["gpu"], m["gpus"], m["units"] / m["hours"]) if m else None,
-                cooling=cooling, rates=dict(self.state.rates), purchase=purchase,
-            ))
-        if result.plan is None:
-            self.events.emit("replan" if self.state.launches else "plan", reason=result.reason, pool=None,
-                             pool_changed=False)
-            self._finish("infeasible", result.reason)
-            return None
-        return result.plan, result.pool, note
+    def _replan(self, done: float, total: float, cooling: frozenset[str],
+                purchase: tuple[str, ...] | None) -> ReplanResult:
+        if not self.state.launches and not cooling:
+            return first_plan(self.job, self.catalog)
+        now = self.clock.now()
+        budget = self.job.constraints.budget_usd
+        m = self.state.measured
+        return replan_or_late(ReplanRequest(
+            job=self.job, catalog=self.catalog, work_left=total - done,
+            budget_left_usd=budget - self.ledger.total_usd(now) if budget is not None else None,
+            hours_left=(self.deadline_at - now) / 3600 if self.deadline_at is not None else None,
+            restart_hours=self.job.overheads.restart_minutes / 60,
+            measured=Measured(m.gpu, m.gpus, m.units_per_hour, m.steps) if m else None,
+            cooling=cooling, rates=dict(self.state.rates), purchase=purchase,
+        ))
+
+    def _deadline_missed(self, result: ReplanResult) -> bool:
+        """Log and alert a plan that can only finish late; True when the job says to stop instead."""
+        stop = self.job.run.on_deadline_miss == "stop"
+        assert result.plan is not None and result.pool is not None
+        self.events.emit("deadline_miss", reason=result.note, action="stop" if stop else "continue",
+                         pool=result.pool.label(result.nodes),
+                         expected_cost_usd=round(result.plan.expected_cost_usd, 4),
+                         expected_hours=round(result.plan.expected_hours, 4))
+        if stop:
+            self._finish("infeasible", f"{result.note}; [run].on_deadline_miss = \"stop\"")
+            return True
+        # Until accounting has an alert of its own for this, a re-plan alert carries it: previous
+        # total 0 makes sure it goes out whatever the cost did.
+        now = self.clock.now()
+        expected = self.ledger.total_usd(now) + result.plan.expected_cost_usd
+        notice = alerts.Replanned(f"deadline-miss-{self.state.replans + 1}", 0.0, expected,
+                                  f"deadline miss: {result.note}")
+        alerts.dispatch(self.alert_policy, self.ledger, self.outbox, self._forecast(), [notice], now=now)
+        return False
 
     # -- launching ------------------------------------------------------------------------
     def _launch_and_follow(self) -> _LaunchEnd:
-        pool = PoolSpec.from_dict(self.state.pool)
+        pool, count = self.state.pool, self.state.nodes
+        assert pool is not None and count is not None
         launch_id = f"l-{len(self.state.launches) + 1}"
         start_step = self.store.latest_step() or 0
-        nodes = self.provider.provision(pool, launch_id=launch_id)
+        try:
+            nodes = self.provider.provision(pool, nodes=count, launch_id=launch_id)
+        except ProviderError as exc:
+            self.events.emit("provision_failed", launch=launch_id, pool=pool.label(count), reason=str(exc))
+            return _LaunchEnd(contract.Outcome.FAILED, f"{pool.label(count)}: {exc}", no_capacity=True)
         record = LaunchRecord(
-            launch_id=launch_id, pool=pool.to_dict(), world_size=pool.nodes * self.job.run.nproc_per_node,
+            launch_id=launch_id, pool=pool, nodes=count, world_size=count * self.job.run.nproc_per_node,
             start_step=start_step, provisioned_at=self.clock.sim(nodes[0].provisioned_at),
-            nodes=[n.to_dict() for n in nodes],
+            hosts=[n.to_dict() for n in nodes],
         )
         self.state.launches.append(record)
         self.state.active = True
         self.save()
         for node in nodes:
             start = self.clock.sim(node.provisioned_at)
-            self.ledger.open_interval(IntervalKey(launch_id, node.id), pool=pool.pool_id, purchase=pool.purchase,
+            self.ledger.open_interval(IntervalKey(launch_id, node.id), pool=pool.id, purchase=pool.purchase,
                                       hourly_usd=pool.hourly_usd, start=start, reason="launch")
-            self.events.emit("node_up", t=start, node=node.id, pool=pool.pool_id, purchase=pool.purchase,
+            self.events.emit("node_up", t=start, node=node.id, pool=pool.id, purchase=pool.purchase,
                              hourly_usd=pool.hourly_usd, launch=launch_id)
         self.provider.wait_ready(nodes, timeout_s=self.tuning.rdzv_timeout_s)
         # A request the last launch never acted on must not stop this one.
         (self.work_dir / contract.CONTROL_FILE).unlink(missing_ok=True)
         rdzv_id = uuid.uuid4().hex
         nodes = self.provider.run(nodes, self._launch_spec(launch_id, rdzv_id, pool))
-        record.nodes = [n.to_dict() for n in nodes]
+        record.hosts = [n.to_dict() for n in nodes]
         self.save()
-        self.events.emit("launch", launch=launch_id, pool=pool.label(), world_size=record.world_size,
+        self.events.emit("launch", launch=launch_id, pool=record.label(), world_size=record.world_size,
                          rdzv_id=rdzv_id, start_step=start_step)
         return self._follow(record, nodes)
 
-    def _launch_spec(self, launch_id: str, rdzv_id: str, pool: PoolSpec) -> LaunchSpec:
+    def _launch_spec(self, launch_id: str, rdzv_id: str, pool: Pool) -> LaunchSpec:
         scale = self.state.time_scale
         mtbf = None
         if pool.purchase == "spot":
-            rate = self.state.rates.get(pool.pool_id) or pool_interruption_rate(self.catalog, pool) or risk.OVER_20_RATE
+            rate = self.state.rates.get(pool.id) or pool_interruption_rate(self.catalog, pool) or risk.OVER_20_RATE
             mtbf = 3600.0 / rate / scale
         terms = contract.LaunchContract(
             checkpoint_dir=self.state.checkpoint_dir, run_dir=str(self.work_dir), attempt=launch_id, mtbf_s=mtbf,
@@ -323,14 +420,13 @@ class Controller:
 
     # -- following a launch ---------------------------------------------------------------
     def _follow(self, record: LaunchRecord, nodes: list[Node]) -> _LaunchEnd:
-        pool = record.pool_spec
-        started = time.monotonic()
-        last_beat = 0.0
+        started = self.clock.monotonic()
+        last_beat = float("-inf")
         stop_sent: str | None = None
         reported: set[tuple[str, str]] = set()
         notice: tuple[Node, Notice] | None = None
         ending_since: float | None = None
-        budget_stop = reclaiming = False
+        budget_stop = False
         while True:
             statuses = self.provider.poll(nodes)
             if record.training_at is None:
@@ -341,8 +437,7 @@ class Controller:
                     self.events.emit("training", launch=record.launch_id, step=status.step,
                                      world_size=status.world_size)
                     self.save()
-            if record.training_at is not None and pool.purchase == "spot" and not reclaiming:
-                reclaiming = self._inject_chaos(nodes)
+                    self.provider.training_started(nodes)
             for node in nodes:
                 seen = self.provider.interruption_notice(node)
                 if seen is None or (node.id, seen.kind) in reported:
@@ -355,7 +450,7 @@ class Controller:
                     stop_sent = self._request("stop", f"{seen.cloud} interruption notice for {node.id}")
                 elif seen.kind != INTERRUPTION and stop_sent is None:
                     self._request("checkpoint", f"{seen.cloud} {seen.kind} for {node.id}")
-            now = time.monotonic()
+            now = self.clock.monotonic()
             if now - last_beat >= HEARTBEAT_S:
                 last_beat = now
                 if self._heartbeat(record, nodes) and stop_sent is None:
@@ -375,7 +470,7 @@ class Controller:
                 return self._classify(record, statuses, reclaimed=False, budget_stop=False, notice=None,
                                       failure=f"the launch did not start training within {limit:.0f}s "
                                               "(a stuck rendezvous or a hung start-up)")
-            time.sleep(self.tuning.poll_s)
+            self.clock.sleep(self.tuning.poll_s)
         reclaimed = any(s.state is NodeState.RECLAIMED for s in statuses)
         if notice is not None and not reclaimed:
             node, seen = notice
@@ -399,20 +494,13 @@ class Controller:
         self.events.emit("checkpoint_request", action=action, reason=reason, request=request.id)
         return request.id
 
-    def _inject_chaos(self, nodes: list[Node]) -> bool:
-        """Reclaim a node if a chaos preemption is due; True when one was."""
-        elapsed = time.time() - self.state.origin
-        due = self.chaos.next_due(elapsed)
-        if due is None:
-            return False
-        index = self.chaos_node if self.chaos_node is not None else len(nodes) - 1
-        victim = nodes[min(index, len(nodes) - 1)]
-        reclaim_at = self.provider.preempt(victim)
+    def _chaos_fired(self, fired: ChaosFired) -> None:
+        """The provider carried out a chaos preemption: log it and remember it across a resume."""
+        assert self.chaos is not None
         self.state.chaos_fired = self.chaos.fired
-        self.events.emit("chaos", node=victim.id, scheduled_s=round(due, 3), elapsed_s=round(elapsed, 3),
-                         reclaim_at=self.clock.sim(reclaim_at))
+        self.events.emit("chaos", node=fired.node, scheduled_s=round(fired.scheduled_s, 3),
+                         elapsed_s=round(fired.elapsed_s, 3), reclaim_at=self.clock.sim(fired.reclaim_at))
         self.save()
-        return True
 
     def _heartbeat(self, record: LaunchRecord, nodes: list[Node]) -> bool:
         """Bill the nodes up to now, send due alerts, refresh the display; True = stop for the budget."""
@@ -440,23 +528,22 @@ class Controller:
 
     def _forecast(self) -> forecast.Forecast | None:
         now = self.clock.now()
-        if self.state.pool is None:
+        pool, nodes = self.state.pool, self.state.nodes
+        if pool is None or nodes is None:
             return None
-        pool = PoolSpec.from_dict(self.state.pool)
         left = max(self.job.workload.amount - work_done_units(self.job, self.store), 0.0)
-        hours = left / self.state.rate(self.job, pool)
-        return forecast.forecast(self.ledger.total_usd(now), hours, pool.hourly_usd * pool.nodes, at=now,
+        hours = left / self.state.rate(self.job, pool, nodes)
+        return forecast.forecast(self.ledger.total_usd(now), hours, pool.hourly_usd * nodes, at=now,
                                  budget_usd=self.job.constraints.budget_usd, deadline_at=self.deadline_at)
 
     def _progress(self, record: LaunchRecord, fc: forecast.Forecast | None) -> Progress:
-        pool = record.pool_spec
         return Progress(
             work_done=work_done_units(self.job, self.store), work_total=self.job.workload.amount,
-            unit=self.job.workload.unit, units_per_hour=self.state.rate(self.job, pool),
+            unit=self.job.workload.unit, units_per_hour=self.state.rate(self.job, record.pool, record.nodes),
             spent_usd=self.ledger.total_usd(self.clock.now()),
             forecast_usd=fc.total_usd if fc else None, budget_usd=self.job.constraints.budget_usd,
             eta=fc.expected_end if fc else None, deadline_at=self.deadline_at, now=self.clock.now(),
-            pool=pool.label(), launch=record.launch_id,
+            pool=record.label(), launch=record.launch_id,
             state="training" if record.training_at is not None else "starting",
         )
 
@@ -470,7 +557,7 @@ class Controller:
             self._stop_billing(record, node, end, reason)
         record.released_at = end
         self.state.active = False
-        pool_id = record.pool_spec.pool_id
+        pool_id = record.pool.id
         self.state.pool_hours[pool_id] = self.state.pool_hours.get(pool_id, 0.0) + (end - record.provisioned_at) / 3600
         self.save()
 
@@ -520,7 +607,7 @@ class Controller:
             return record.start_step
         hours = (record.released_at - record.training_at) / 3600
         per_step = units_per_step(self.job, self.store)
-        return record.training_step + int(hours * self.state.rate(self.job, record.pool_spec) / per_step)
+        return record.training_step + int(hours * self.state.rate(self.job, record.pool, record.nodes) / per_step)
 
     def _measure(self, record: LaunchRecord, status: contract.RunStatus | None) -> None:
         if record.training_at is None or record.training_step is None or status is None or status.state == "running":
@@ -530,54 +617,66 @@ class Controller:
         if steps <= 0 or hours <= 0:
             return
         units = steps * units_per_step(self.job, self.store)
-        rate = self.state.learn_throughput(record.pool_spec, units, hours)
-        self.events.emit("throughput", gpu=record.pool_spec.gpu, units_per_hour=round(rate, 4),
+        rate = self.state.learn_throughput(record.pool, record.nodes, units, hours, steps)
+        self.events.emit("throughput", gpu=record.pool.gpu, units_per_hour=round(rate, 4),
                          unit=self.job.workload.unit)
 
     def _after(self, end: _LaunchEnd) -> None:
-        record = self.state.launches[-1]
-        pool = record.pool_spec
         if end.outcome is contract.Outcome.COMPLETED:
             self.state.steps = self.store.latest_step() or self.state.steps
             self._finish("completed")
         elif end.budget_stop:
             self._finish("budget_cap", "stopped after a checkpoint before the budget was exceeded")
         elif end.outcome is contract.Outcome.PREEMPTED:
-            self._preempted(pool, record)
+            self._preempted(self.state.launches[-1])
         else:
             self.state.failures += 1
             limit = self.job.run.max_restarts
-            self.events.emit("failure", launch=record.launch_id, cause=end.reason, failures=self.state.failures,
+            launch = self.state.launches[-1].launch_id if self.state.launches and not end.no_capacity else None
+            self.events.emit("failure", launch=launch, cause=end.reason, failures=self.state.failures,
                              max_restarts=limit)
             if self.state.failures > limit:
                 self._finish("failed", f"{end.reason} (failed {self.state.failures} times; [run].max_restarts "
                                        f"= {limit})")
+            elif end.no_capacity:
+                self._no_capacity()
             else:
                 self.save()  # retry on the same pool
 
-    def _preempted(self, pool: PoolSpec, record: LaunchRecord) -> None:
+    def _no_capacity(self) -> None:
+        """The pool had no capacity: leave it out for the cool-down and plan elsewhere."""
+        pool = self.state.pool
+        assert pool is not None
+        self.state.cooling[pool.id] = self.clock.now() + self.tuning.cooldown_minutes * 60
+        self.state.set_pool(None, None)
+        self.save()
+        self._choose_pool(preempted=None, reason=f"{pool.id} has no capacity")
+
+    def _preempted(self, record: LaunchRecord) -> None:
         now = self.clock.now()
+        pool = record.pool
         prior = pool_interruption_rate(self.catalog, pool) or risk.OVER_20_RATE
         count = self.state.penalize(pool, prior_rate=prior, now=now, cooldown_s=self.tuning.cooldown_minutes * 60)
-        pid = pool.pool_id
+        pid = pool.id
         self.events.emit("preemption", launch=record.launch_id, pool=pid, count=count,
                          cooldown_until=self.state.cooling[pid], interruption_rate=round(self.state.rates[pid], 4),
                          prior_rate=round(prior, 4), step=record.end_step)
-        self.state.pool = None
+        self.state.set_pool(None, None)
         self.save()
         self._choose_pool(preempted=pid, reason=f"{pid} preempted at step {record.end_step}")
 
     def _recover(self) -> None:
         """After a controller crash: release the nodes it left, then carry on from the checkpoint."""
         record = self.state.current
+        assert record is not None
         nodes = record.node_objects()
         status = self._status(record.launch_id)
         if status is not None and status.state == "running":
             # The workers may have outlived the controller: ask for a checkpoint first.
             self._request("stop", "controller restarted: checkpoint before the nodes are released")
-            deadline = time.monotonic() + self.tuning.shutdown_timeout_s
-            while time.monotonic() < deadline and self._worker_state(record.launch_id) == "running":
-                time.sleep(self.tuning.poll_s)
+            deadline = self.clock.monotonic() + self.tuning.shutdown_timeout_s
+            while self.clock.monotonic() < deadline and self._worker_state(record.launch_id) == "running":
+                self.clock.sleep(self.tuning.poll_s)
         stale = self.provider.release_stale(nodes)
         end = self.clock.now()
         for node in nodes:

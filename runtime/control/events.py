@@ -11,9 +11,11 @@ seconds), then the event's own fields::
 Each line is written with one ``write`` on an ``O_APPEND`` descriptor and fsync'd, so a
 SIGKILL can at worst leave the last line torn; :func:`read_events` skips such a line.
 
-Kinds: ``run_started``, ``run_resumed``, ``plan``, ``decision``, ``replan``, ``node_up``,
-``node_down``, ``launch``, ``training``, ``chaos``, ``notice``, ``checkpoint_request``,
-``launch_end``, ``preemption``, ``failure``, ``budget_cap``, ``run_end``.
+Kinds: ``run_started``, ``run_resumed``, ``plan``, ``decision``, ``replan``,
+``deadline_miss`` (only a late plan is left: ``action`` continue or stop), ``node_up``,
+``node_down``, ``provision_failed`` (no capacity), ``launch``, ``training``, ``chaos``,
+``notice``, ``checkpoint_request``, ``launch_end``, ``throughput``, ``preemption``,
+``failure``, ``budget_cap``, ``recovered``, ``run_end``.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "EventLog",
     "FILENAME",
+    "EventLog",
     "read_events",
 ]
 
@@ -50,12 +52,14 @@ def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 class EventLog:
-    """Appends events to ``<run_dir>/events.jsonl``; ``clock`` gives the simulated time."""
+    """Appends events to ``<run_dir>/events.jsonl``; ``clock`` gives the simulated time, ``wall`` the real one."""
 
     def __init__(self, run_dir: str | os.PathLike[str], *, clock: Callable[[], float],
+                 wall: Callable[[], float] = time.time,
                  listener: Callable[[dict[str, Any]], None] | None = None):
         self.path = Path(run_dir) / FILENAME
         self.clock = clock
+        self.wall = wall
         self.listener = listener
         existing = read_events(self.path)
         self._seq = existing[-1]["seq"] + 1 if existing else 0
@@ -76,7 +80,7 @@ class EventLog:
 
     def emit(self, event: str, *, t: float | None = None, **fields: Any) -> dict[str, Any]:
         """Append one event (``t`` defaults to the simulated now) and return it."""
-        record = {"seq": self._seq, "event": event, "t": self.clock() if t is None else t, "wall": time.time(),
+        record = {"seq": self._seq, "event": event, "t": self.clock() if t is None else t, "wall": self.wall(),
                   **fields}
         os.write(self._fd, (json.dumps(record, default=str) + "\n").encode("utf-8"))
         os.fsync(self._fd)

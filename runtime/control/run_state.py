@@ -1,30 +1,49 @@
-"""What a run directory remembers: the simulated clock, the controller state, the summary.
+"""What a run directory remembers: the controller state and the summary.
 
 ``<run_dir>/state.json`` holds everything ``planner run --resume RUN_DIR`` needs to carry
 on after the controller itself was killed: the job, the clock's origin and scale, the
-current plan and pool, the active launch and its nodes, what was learned (measured
-throughput, pools cooling down, raised interruption rates), counters and the chaos
-schedule's position. It is rewritten atomically at every change of any of these.
+current plan and pool (and its node count), the active launch and its nodes, what was
+learned (measured throughput, pools cooling down, raised interruption rates), counters
+and the chaos schedule's position. It is rewritten atomically at every change of any of
+these.
 
-Time: billing, deadlines and plans run on *simulated* time, ``scale`` simulated
-seconds per real second from ``origin`` (a real POSIX time), so a plan of hours can
-be exercised in minutes with the local provider. At scale 1 simulated time is real time.
+The state is a pydantic model, validated when it is read and whenever a field is set:
+a value that would leave a run that cannot be resumed or reported (a budget of -5, an
+unknown status, a pool with an unknown purchase option) is refused before it reaches
+the file, and a file that holds one anyway is refused with its key and the fix, never
+with a traceback. Pools are stored as :meth:`pricing.pool.Pool.to_dict` gives them.
+
+Times are simulated POSIX seconds (see :mod:`runtime.control.clock`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from planner.job import JobSpec
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    ValidationError,
+    field_validator,
+)
+
 from danlu import atomic_file
-from runtime.errors import RuntimeFailure
+from planner.job import JobSpec
+from planner.policy import POLICY_NAMES
+from planner.workload import blend_rate
+from pricing.pool import Pool, PoolError
 from runtime.accounting.ledger import Ledger
-from runtime.providers.base import Node, PoolSpec
 from runtime.control.replan import config_rate, raised_rate
+from runtime.errors import RuntimeFailure
+from runtime.providers.base import Node
 from runtime.training.store import CheckpointStore
 
 __all__ = [
@@ -32,7 +51,7 @@ __all__ = [
     "Progress",
     "RunState",
     "RunStateError",
-    "SimClock",
+    "Throughput",
     "build_summary",
     "check_runnable",
     "load_state",
@@ -47,31 +66,32 @@ __all__ = [
 
 STATE_FILE = "state.json"
 SUMMARY_FILE = "summary.json"
-FORMAT = 1
+FORMAT = 2
+Status = Literal["running", "completed", "failed", "infeasible", "budget_cap", "cancelled"]
 
 
 class RunStateError(RuntimeFailure):
     """A run directory cannot be resumed (no state, or a state this version cannot read)."""
 
 
-@dataclass(frozen=True, slots=True)
-class SimClock:
-    """Simulated POSIX time: ``origin + (real - origin) * scale``."""
+def _as_pool(value: Any) -> Pool:
+    if isinstance(value, Pool):
+        return value
+    if not isinstance(value, dict):
+        raise ValueError(f"a pool is an object with cloud, region, instance_type, ..., not {value!r}")
+    try:
+        return Pool.from_dict(value)
+    except PoolError as exc:
+        raise ValueError(str(exc)) from None
 
-    origin: float
-    scale: float = 1.0
 
-    def now(self) -> float:
-        return self.sim(time.time())
+PoolField = Annotated[Pool, PlainValidator(_as_pool), PlainSerializer(lambda pool: pool.to_dict())]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Count = Annotated[int, Field(ge=0)]
 
-    def sim(self, real: float) -> float:
-        return self.origin + (real - self.origin) * self.scale
 
-    def elapsed_hours(self) -> float:
-        return (self.now() - self.origin) / 3600.0
-
-    def real_seconds(self, sim_seconds: float) -> float:
-        return sim_seconds / self.scale
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,33 +113,49 @@ class Progress:
     state: str
 
 
-@dataclass(slots=True)
-class LaunchRecord:
-    """One launch: a torchrun job on one pool, from provisioning to release."""
+class Throughput(_Model):
+    """Work measured on ``gpus`` GPUs of ``gpu``: ``units`` in ``hours`` (pooled over launches)."""
 
-    launch_id: str
-    pool: dict[str, Any]
-    world_size: int
-    start_step: int
-    provisioned_at: float
-    nodes: list[dict[str, Any]] = field(default_factory=list)
-    training_at: float | None = None
-    training_step: int | None = None
-    end_step: int | None = None
-    released_at: float | None = None
+    gpu: str
+    gpus: int = Field(ge=1)
+    units: float = Field(ge=0, allow_inf_nan=False)
+    hours: float = Field(gt=0, allow_inf_nan=False)
+    steps: float = Field(default=0, ge=0, allow_inf_nan=False)
+
+    @property
+    def units_per_hour(self) -> float:
+        return self.units / self.hours
+
+
+class LaunchRecord(_Model):
+    """One launch: a torchrun job on ``nodes`` nodes of one pool, from provisioning to release.
+
+    ``hosts`` are the provider's node records (:meth:`runtime.providers.base.Node.to_dict`).
+    """
+
+    launch_id: str = Field(min_length=1)
+    pool: PoolField
+    nodes: int = Field(ge=1)
+    world_size: int = Field(ge=1)
+    start_step: Count
+    provisioned_at: Finite
+    hosts: list[dict[str, Any]] = Field(default_factory=list)
+    training_at: Finite | None = None
+    training_step: Count | None = None
+    end_step: Count | None = None
+    released_at: Finite | None = None
     outcome: str | None = None
     reason: str = ""
 
     def node_objects(self) -> list[Node]:
-        return [Node.from_dict(n) for n in self.nodes]
+        return [Node.from_dict(n) for n in self.hosts]
 
-    @property
-    def pool_spec(self) -> PoolSpec:
-        return PoolSpec.from_dict(self.pool)
+    def label(self) -> str:
+        return self.pool.label(self.nodes)
 
     def log_cause(self) -> str:
         """The telling line of the node logs (an exit code alone says little), or ''."""
-        for node in self.nodes:
+        for node in self.hosts:
             path = Path(str(node.get("handle", {}).get("log", "")))
             try:
                 lines = path.read_text(errors="replace").splitlines()
@@ -137,71 +173,95 @@ class LaunchRecord:
         return ""
 
 
-@dataclass(slots=True)
-class RunState:
+class RunState(_Model):
     """The controller's durable state (see the module docstring)."""
 
     job_path: str
     job: dict[str, Any]
     cwd: str
     catalog: str | None
-    provider: str
-    checkpoint_dir: str
-    origin: float
-    time_scale: float
+    provider: str = Field(min_length=1)
+    checkpoint_dir: str = Field(min_length=1)
+    origin: Finite
+    time_scale: float = Field(gt=0, allow_inf_nan=False)
     policy: str
     use_cache: bool = True
-    chaos: list[str] = field(default_factory=list)
-    chaos_fired: int = 0
+    chaos: list[str] = Field(default_factory=list)
+    chaos_fired: Count = 0
     plan: dict[str, Any] | None = None
-    pool: dict[str, Any] | None = None
-    launches: list[LaunchRecord] = field(default_factory=list)
+    pool: PoolField | None = None
+    nodes: int | None = Field(default=None, ge=1)
+    launches: list[LaunchRecord] = Field(default_factory=list)
     active: bool = False
-    preemptions: int = 0
-    replans: int = 0
-    failures: int = 0
-    lost_steps: int = 0
-    steps: int = 0
-    measured: dict[str, Any] | None = None
-    cooling: dict[str, float] = field(default_factory=dict)
-    rates: dict[str, float] = field(default_factory=dict)
-    pool_preemptions: dict[str, int] = field(default_factory=dict)
-    pool_hours: dict[str, float] = field(default_factory=dict)
-    policy_memory: dict[str, Any] = field(default_factory=dict)
-    status: str = "running"
+    preemptions: Count = 0
+    replans: Count = 0
+    failures: Count = 0
+    lost_steps: Count = 0
+    steps: Count = 0
+    measured: Throughput | None = None
+    cooling: dict[str, Finite] = Field(default_factory=dict)
+    rates: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(default_factory=dict)
+    pool_preemptions: dict[str, Count] = Field(default_factory=dict)
+    pool_hours: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(default_factory=dict)
+    policy_memory: dict[str, Any] = Field(default_factory=dict)
+    status: Status = "running"
     cause: str | None = None
-    format: int = FORMAT
+    format: Literal[2] = FORMAT
 
-    @property
-    def clock(self) -> SimClock:
-        return SimClock(self.origin, self.time_scale)
+    @field_validator("job")
+    @classmethod
+    def _job_is_a_job(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            JobSpec.model_validate(value)
+        except ValidationError as exc:
+            raise ValueError(f"the job does not validate: {_errors(exc)}") from None
+        return value
 
-    def known_rate(self, job: JobSpec, pool: PoolSpec) -> float | None:
-        """Work units per hour on ``pool``: as measured on the same GPUs, else the job's figures, else None."""
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        if value not in POLICY_NAMES:
+            raise ValueError(f"unknown policy {value!r}; one of {', '.join(POLICY_NAMES)}")
+        return value
+
+    def job_spec(self) -> JobSpec:
+        return JobSpec.model_validate(self.job)
+
+    def set_pool(self, pool: Pool | None, nodes: int | None) -> None:
+        """Change the current pool and its node count together (both set, or both None)."""
+        if (pool is None) != (nodes is None):
+            raise ValueError("pool and nodes go together: both set (the current plan) or both None")
+        self.pool = pool
+        self.nodes = nodes
+
+    def known_rate(self, job: JobSpec, pool: Pool, nodes: int) -> float | None:
+        """Work units per hour on ``nodes`` of ``pool``: the job's figure blended with what was measured
+        on the same GPUs by how many steps the measurement saw (:func:`planner.workload.blend_rate`)."""
+        prior = config_rate(job, pool, nodes)
         m = self.measured
-        if m and m["gpu"] == pool.gpu and m["gpus"] == pool.nodes * pool.gpus_per_node:
-            return m["units"] / m["hours"]
-        return config_rate(job, pool)
+        if m and m.gpu == pool.gpu and m.gpus == nodes * pool.gpus_per_node:
+            return m.units_per_hour if prior is None else blend_rate(prior, m.units_per_hour, m.steps)
+        return prior
 
-    def rate(self, job: JobSpec, pool: PoolSpec) -> float:
+    def rate(self, job: JobSpec, pool: Pool, nodes: int) -> float:
         """:meth:`known_rate`, never zero: pools come from plans, which had a speed for them."""
-        return self.known_rate(job, pool) or 1.0
+        return self.known_rate(job, pool, nodes) or 1.0
 
-    def learn_throughput(self, pool: PoolSpec, units: float, hours: float) -> float:
-        """Add a measurement (pooled with earlier ones on the same GPUs); returns units per hour."""
-        gpus = pool.nodes * pool.gpus_per_node
+    def learn_throughput(self, pool: Pool, nodes: int, units: float, hours: float, steps: float) -> float:
+        """Add a measurement of ``steps`` steps (pooled with earlier ones on the same GPUs); returns units per hour."""
+        gpus = nodes * pool.gpus_per_node
         m = self.measured
-        if m and m["gpu"] == pool.gpu and m["gpus"] == gpus:
-            units, hours = units + m["units"], hours + m["hours"]
-        self.measured = {"gpu": pool.gpu, "gpus": gpus, "units": units, "hours": hours}
+        if m and m.gpu == pool.gpu and m.gpus == gpus:
+            units, hours, steps = units + m.units, hours + m.hours, steps + m.steps
+        self.measured = Throughput(gpu=pool.gpu, gpus=gpus, units=units, hours=hours, steps=steps)
         return units / hours
 
-    def penalize(self, pool: PoolSpec, *, prior_rate: float, now: float, cooldown_s: float) -> int:
+    def penalize(self, pool: Pool, *, prior_rate: float, now: float, cooldown_s: float) -> int:
         """Count a preemption of ``pool``: cool it down and raise its interruption rate.
 
         Returns how many times the pool has been preempted in this run.
         """
-        pool_id = pool.pool_id
+        pool_id = pool.id
         self.preemptions += 1
         count = self.pool_preemptions.get(pool_id, 0) + 1
         self.pool_preemptions[pool_id] = count
@@ -218,24 +278,52 @@ class RunState:
         return self.launches[-1] if self.active and self.launches else None
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
+        # Validate the whole state once more: nested dicts and lists change in place, unseen.
+        data = self.model_dump(mode="json")
+        try:
+            RunState.model_validate(data)._check_pair(STATE_FILE)
+        except ValidationError as exc:
+            raise RunStateError(f"{STATE_FILE}: refusing to write an invalid run state: {_errors(exc)}") from None
+        return json.dumps(data, indent=1, sort_keys=True) + "\n"
 
     @classmethod
     def from_json(cls, text: str, *, source: str) -> RunState:
         try:
             data = json.loads(text)
-            if data.get("format") != FORMAT:
-                raise RunStateError(
-                    f"{source}: state format {data.get('format')!r} is not {FORMAT}. To fix: resume it with the "
-                    "danlu version that started the run."
-                )
-            data["launches"] = [LaunchRecord(**record) for record in data.get("launches", [])]
-            return cls(**data)
-        except (ValueError, TypeError, AttributeError) as exc:
+        except ValueError as exc:
             raise RunStateError(
                 f"{source}: not a run state written by planner run ({exc}). To fix: pass the run directory "
                 "that `planner run` printed."
             ) from exc
+        if not isinstance(data, dict):
+            raise RunStateError(f"{source}: not a run state written by planner run (not a JSON object).")
+        if data.get("format") != FORMAT:
+            raise RunStateError(
+                f"{source}: state format {data.get('format')!r} is not {FORMAT}. To fix: resume it with the "
+                "danlu version that started the run."
+            )
+        try:
+            state = cls.model_validate(data)
+        except ValidationError as exc:
+            raise RunStateError(
+                f"{source}: the run state is invalid: {_errors(exc)}. To fix: restore the file from the run's "
+                "last good state, or start a new run."
+            ) from None
+        state._check_pair(source)
+        return state
+
+    def _check_pair(self, source: str) -> None:
+        if (self.pool is None) != (self.nodes is None):
+            raise RunStateError(
+                f"{source}: keys 'pool' and 'nodes' go together (both set, or both null). To fix: set both "
+                "to null; the run then re-plans on resume."
+            )
+
+
+def _errors(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or 'state'}: {err['msg']}" for err in exc.errors(include_url=False)
+    )
 
 
 def save_state(run_dir: str | Path, state: RunState) -> None:
@@ -264,8 +352,12 @@ def raise_budget(run_dir: str | Path, budget_usd: float) -> RunState:
     The run resumes from its last checkpoint; alerts already sent stay sent.
 
     Raises:
-        RunStateError: the run did not stop at its budget cap, or the new budget is not larger.
+        RunStateError: the run did not stop at its budget cap, or the new budget is not a number larger
+            than the old one; the state is left as it was.
     """
+    if not (math.isfinite(budget_usd) and budget_usd > 0):
+        raise RunStateError(f"--budget-usd {budget_usd:g} must be a positive number of USD. To fix: pass e.g. "
+                            "--budget-usd 50.")
     state = load_state(run_dir)
     if state.status not in ("budget_cap", "running"):
         raise RunStateError(
@@ -275,7 +367,10 @@ def raise_budget(run_dir: str | Path, budget_usd: float) -> RunState:
     old = state.job.get("constraints", {}).get("budget_usd")
     if old is not None and budget_usd <= old:
         raise RunStateError(f"--budget-usd {budget_usd:g} must be larger than the run's budget ({old:g} USD).")
-    state.job = {**state.job, "constraints": {**state.job.get("constraints", {}), "budget_usd": budget_usd}}
+    try:
+        state.job = {**state.job, "constraints": {**state.job.get("constraints", {}), "budget_usd": budget_usd}}
+    except ValidationError as exc:
+        raise RunStateError(f"--budget-usd {budget_usd:g}: {_errors(exc)}; the run was left as it was.") from None
     state.status, state.cause = "running", None
     save_state(run_dir, state)
     return state
@@ -335,12 +430,10 @@ def check_runnable(job: JobSpec, source: str) -> None:
 
 def build_summary(state: RunState, job: JobSpec, ledger: Ledger, store: CheckpointStore) -> dict[str, Any]:
     """``summary.json``: the outcome, the work, every launch and every pool with its time and cost."""
-    clock = state.clock
-    end = max([clock.origin, *[r.released_at or r.provisioned_at for r in state.launches]])
+    end = max([state.origin, *[r.released_at or r.provisioned_at for r in state.launches]])
     hours_by_pool: dict[tuple[str, str], float] = {}
     for record in state.launches:
-        pool = record.pool_spec
-        key = (pool.pool_id, pool.purchase)
+        key = record.pool.key
         hours_by_pool[key] = hours_by_pool.get(key, 0.0) + ((record.released_at or end) - record.provisioned_at) / 3600
     pools = [
         {"pool": spend.pool, "purchase": spend.purchase, "hours": round(hours_by_pool.get((spend.pool, spend.purchase),
@@ -350,8 +443,8 @@ def build_summary(state: RunState, job: JobSpec, ledger: Ledger, store: Checkpoi
     ]
     latest = store.latest_step()
     launches = [
-        {"launch_id": r.launch_id, "pool": r.pool_spec.label(), "pool_id": r.pool_spec.pool_id,
-         "purchase": r.pool_spec.purchase, "nodes": r.pool_spec.nodes, "world_size": r.world_size,
+        {"launch_id": r.launch_id, "pool": r.label(), "pool_id": r.pool.id,
+         "purchase": r.pool.purchase, "nodes": r.nodes, "world_size": r.world_size,
          "start_step": r.start_step, "end_step": r.end_step, "outcome": r.outcome, "reason": r.reason}
         for r in state.launches
     ]
@@ -368,7 +461,7 @@ def build_summary(state: RunState, job: JobSpec, ledger: Ledger, store: Checkpoi
         "failures": state.failures,
         "lost_steps": state.lost_steps,
         "cost_usd": ledger.total_usd(),
-        "hours": round((end - clock.origin) / 3600, 6),
+        "hours": round((end - state.origin) / 3600, 6),
         "time_scale": state.time_scale,
         "budget_usd": job.constraints.budget_usd,
         "deadline_hours": job.constraints.deadline_hours,
@@ -379,8 +472,8 @@ def build_summary(state: RunState, job: JobSpec, ledger: Ledger, store: Checkpoi
     }
 
 
-def plan_pool(plan: dict[str, Any], *, source: str) -> PoolSpec:
-    """The first phase of a plan (``planner quote --json`` output, or its ``plan`` object)."""
+def plan_pool(plan: dict[str, Any], *, source: str) -> tuple[Pool, int]:
+    """The pool and node count of a plan's first phase (``planner quote --json`` output, or its ``plan``)."""
     body = plan.get("plan", plan) if isinstance(plan, dict) else None
     phases = body.get("phases") if isinstance(body, dict) else None
     if not phases:
@@ -389,17 +482,27 @@ def plan_pool(plan: dict[str, Any], *, source: str) -> PoolSpec:
             "`planner quote JOB --json` for a feasible job."
         )
     phase = phases[0]
+    if not isinstance(phase, dict):
+        raise RunStateError(f"{source}: plan.phases[0] is not an object. To fix: regenerate it with "
+                            "`planner quote JOB --json`.")
     try:
-        return PoolSpec(
-            cloud=str(phase["cloud"]), region=str(phase["region"]), zone=phase.get("zone"),
-            instance_type=str(phase["instance_type"]), gpu=str(phase["gpu"]),
-            gpus_per_node=int(phase["gpus_per_node"]), purchase=str(phase["purchase"]), nodes=int(phase["nodes"]),
-            hourly_usd=float(phase["hourly_usd"]),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
+        pool = Pool.from_dict(phase)
+    except PoolError as exc:
         raise RunStateError(
-            f"{source}: plan.phases[0] lacks or mangles {exc}. To fix: regenerate it with `planner quote JOB --json`."
-        ) from exc
+            f"{source}: plan.phases[0]: {exc}. To fix: regenerate it with `planner quote JOB --json`."
+        ) from None
+    try:
+        nodes = int(phase["nodes"])
+    except KeyError:
+        nodes = 0
+    except (TypeError, ValueError):
+        nodes = -1
+    if nodes < 1:
+        raise RunStateError(
+            f"{source}: plan.phases[0] key 'nodes' is missing or not a whole number >= 1. To fix: regenerate it "
+            "with `planner quote JOB --json`."
+        )
+    return pool, nodes
 
 
 def new_state(
@@ -418,18 +521,22 @@ def new_state(
         checkpoint_dir = str((run_dir / "ckpt").resolve())
     elif "://" not in checkpoint_dir:
         checkpoint_dir = str(Path(checkpoint_dir).resolve())
-    state = RunState(
-        job_path=str(job_path.resolve()), job=job.model_dump(mode="json"), cwd=str(Path.cwd()),
-        catalog=str(Path(catalog).resolve()) if catalog else None, provider=provider, checkpoint_dir=checkpoint_dir,
-        origin=time.time(), time_scale=time_scale, policy=policy, chaos=list(chaos), use_cache=use_cache,
-    )
+    try:
+        state = RunState(
+            job_path=str(job_path.resolve()), job=job.model_dump(mode="json"), cwd=str(Path.cwd()),
+            catalog=str(Path(catalog).resolve()) if catalog else None, provider=provider,
+            checkpoint_dir=checkpoint_dir, origin=time.time(), time_scale=time_scale, policy=policy,
+            chaos=list(chaos), use_cache=use_cache,
+        )
+    except ValidationError as exc:
+        raise RunStateError(f"{job_path}: cannot start a run: {_errors(exc)}.") from None
     if plan_path is not None:
         try:
             plan = json.loads(plan_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise RunStateError(f"{plan_path}: cannot read the plan ({exc}). To fix: pass a JSON plan file.") from exc
-        state.pool = plan_pool(plan, source=str(plan_path)).to_dict()
-        state.plan = plan.get("plan", plan)
+        state.set_pool(*plan_pool(plan, source=str(plan_path)))
+        state.plan = plan.get("plan", plan) if isinstance(plan, dict) else None
     run_dir.mkdir(parents=True, exist_ok=True)
     save_state(run_dir, state)
     return state

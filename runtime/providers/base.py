@@ -1,9 +1,15 @@
 """The provider interface: how the controller gets nodes, runs torchrun on them and lets go.
 
-A provider turns a :class:`PoolSpec` (``nodes`` instances of one type, in one place,
-bought one way) into :class:`Node` handles and runs one torchrun agent per node. The
-local provider (:mod:`runtime.providers.local`) is the embedded default; AWS, GCP and
-Azure providers implement the same methods.
+A provider turns ``nodes`` instances of a :class:`pricing.pool.Pool` (one type, in one
+place, bought one way) into :class:`Node` handles and runs one torchrun agent per node.
+The local provider (:mod:`runtime.providers.local`) is the embedded default, the fake
+one (:mod:`runtime.providers.fake`) plays a scripted cloud for tests; a cloud provider
+implements the same methods in one module and registers itself under the
+``danlu.providers`` entry-point group (:mod:`runtime.providers.registry`).
+
+Faults (``--chaos``) are the provider's own business: it is built with a
+:class:`ProviderContext` holding the fault plan and the clock, and reclaims nodes itself
+when one is due; the controller only sees the notices and node states below.
 
 Node lifecycle, as every provider reports it through :meth:`Provider.poll`::
 
@@ -18,7 +24,9 @@ Timing rules the controller relies on:
 * :meth:`interruption_notice` returns the cloud's warning as soon as the provider has
   seen it -- ahead of the reclaim by the cloud's lead time -- and keeps returning it;
 * after a reclaim, the node's processes are gone; :meth:`terminate` still must be
-  called to release what the provider holds for it.
+  called to release what the provider holds for it;
+* injected faults fire only after :meth:`Provider.training_started` (a reclaim during
+  start-up tests nothing the checkpoint protocol does).
 """
 
 from __future__ import annotations
@@ -26,20 +34,25 @@ from __future__ import annotations
 import abc
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from pricing.pool import Pool
+from runtime.control.clock import Clock
 from runtime.errors import RuntimeFailure
 from runtime.providers.notices import Notice
+
+if TYPE_CHECKING:
+    from runtime.control.chaos import ChaosPlan
 
 __all__ = [
     "LaunchSpec",
     "Node",
     "NodeState",
     "NodeStatus",
-    "PoolSpec",
     "Provider",
+    "ProviderContext",
     "ProviderError",
 ]
 
@@ -60,47 +73,13 @@ class NodeState(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class PoolSpec:
-    """``nodes`` instances of one type in one place, bought as ``purchase`` at ``hourly_usd`` each."""
-
-    cloud: str
-    region: str
-    zone: str | None
-    instance_type: str
-    gpu: str
-    gpus_per_node: int
-    purchase: str
-    nodes: int
-    hourly_usd: float
-
-    @property
-    def location(self) -> str:
-        return f"{self.region}/{self.zone}" if self.zone else self.region
-
-    @property
-    def pool_id(self) -> str:
-        """The pool without its purchase option: ``aws:us-east-1/use1-az1:g4dn.xlarge``."""
-        return f"{self.cloud}:{self.location}:{self.instance_type}"
-
-    def label(self) -> str:
-        return f"{self.nodes}x {self.instance_type} {self.purchase} {self.cloud}:{self.location}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PoolSpec:
-        return cls(**dict(data))
-
-
-@dataclass(frozen=True, slots=True)
 class Node:
     """One provisioned instance. ``handle`` is the provider's own record (instance id,
     process ids, ...), JSON-serialisable so a resumed controller can release it."""
 
     id: str
     index: int
-    pool: PoolSpec
+    pool: Pool
     provisioned_at: float
     handle: Mapping[str, Any] = field(default_factory=dict)
 
@@ -113,7 +92,7 @@ class Node:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Node:
         return cls(
-            id=str(data["id"]), index=int(data["index"]), pool=PoolSpec.from_dict(data["pool"]),
+            id=str(data["id"]), index=int(data["index"]), pool=Pool.from_dict(data["pool"]),
             provisioned_at=float(data["provisioned_at"]), handle=dict(data.get("handle", {})),
         )
 
@@ -148,14 +127,41 @@ class NodeStatus:
     detail: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class ProviderContext:
+    """What every provider is built with (see :meth:`Provider.from_context`).
+
+    ``state_dir`` is the provider's own folder inside the run directory; ``chaos`` the
+    faults to inject (None: none); ``hold_nodes`` node indices whose agent never starts.
+    """
+
+    state_dir: Path
+    clock: Clock
+    chaos: ChaosPlan | None = None
+    hold_nodes: tuple[int, ...] = ()
+
+
 class Provider(abc.ABC):
     """Provision, run, watch and release nodes of one cloud (or of this machine)."""
 
     name: str
 
+    @classmethod
     @abc.abstractmethod
-    def provision(self, pool: PoolSpec, *, launch_id: str) -> list[Node]:
-        """Ask for ``pool.nodes`` instances; billing starts now."""
+    def from_context(cls, context: ProviderContext) -> Provider:
+        """The provider of one run; the registry builds every provider this way.
+
+        Raises:
+            ProviderError: it cannot be built here (no credentials, say); the message says what to do.
+        """
+
+    @abc.abstractmethod
+    def provision(self, pool: Pool, *, nodes: int, launch_id: str) -> list[Node]:
+        """Ask for ``nodes`` instances of ``pool``; billing starts now.
+
+        Raises:
+            ProviderError: the cloud has no capacity (or refuses) -- nothing is held then.
+        """
 
     @abc.abstractmethod
     def wait_ready(self, nodes: Sequence[Node], *, timeout_s: float) -> None:
@@ -168,6 +174,9 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def poll(self, nodes: Sequence[Node]) -> list[NodeStatus]:
         """The state of each node, in the order given. Never blocks for long."""
+
+    def training_started(self, nodes: Sequence[Node]) -> None:  # noqa: B027 -- a hook; most ignore it
+        """The workers on ``nodes`` train now: faults the provider injects may fire from here on."""
 
     @abc.abstractmethod
     def interruption_notice(self, node: Node) -> Notice | None:

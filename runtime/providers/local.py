@@ -10,10 +10,12 @@ Each simulated node gets
   speaking its pool's cloud protocol, and the real notice watcher of that cloud
   (:mod:`runtime.providers.notices`) polling it.
 
-:meth:`LocalProvider.preempt` is the fault-injection knob ``--chaos`` uses: it announces
-the reclaim on the node's metadata server and hard-kills the node when the lead time
-is up (at once if an Azure event is acknowledged). ``hold_nodes`` keeps some nodes from
-ever starting their agent, which is how a stuck rendezvous looks.
+Faults are the provider's own: given a :class:`runtime.control.chaos.ChaosPlan`, it
+reclaims a spot node of a training launch (one per launch) whenever the plan says one
+is due, checked at every :meth:`LocalProvider.poll`. :meth:`LocalProvider.preempt` does
+the reclaim: it announces it on the node's metadata server and hard-kills the node when
+the lead time is up (at once if an Azure event is acknowledged). ``hold_nodes`` keeps
+some nodes from ever starting their agent, which is how a stuck rendezvous looks.
 
 Processes are tracked by pid *and* start time (``/proc/<pid>/stat``), remembered as they
 appear and written to ``<state_dir>/<node>.pids``, so a controller that was SIGKILLed
@@ -36,10 +38,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from danlu import atomic_file
+from pricing.pool import Pool
+from runtime.control.chaos import ChaosFired, ChaosPlan
+from runtime.control.clock import Clock, WallClock
 from runtime.providers import notices
 from runtime.providers.metadata_server import MetadataServer
 from runtime.providers.notices import Notice, NoticeWatch
-from runtime.providers.base import LaunchSpec, Node, NodeState, NodeStatus, PoolSpec, Provider, ProviderError
+from runtime.providers.base import (
+    LaunchSpec,
+    Node,
+    NodeState,
+    NodeStatus,
+    Provider,
+    ProviderContext,
+    ProviderError,
+)
 
 __all__ = [
     "LocalProvider",
@@ -172,42 +185,52 @@ class LocalProvider(Provider):
 
     Args:
         state_dir: where pid files and rendezvous files go (inside the run directory).
-        time_scale: simulated seconds per real second; notice polling keeps up with the
-            scaled lead times.
-        notice_protocol: speak this cloud's protocol on every node (default: the pool's).
+        time_scale: simulated seconds per real second (when no ``clock`` is given); notice
+            polling keeps up with the scaled lead times.
+        clock: the run's clock (real time: these are real processes).
+        chaos: the preemptions to inject (None: none).
+        notice_protocol: speak this cloud's protocol on every node (default: the chaos
+            plan's, else the pool's).
         hold_nodes: node indices whose agent is never started (a node that never joins).
     """
 
     name = "local"
 
     def __init__(
-        self, state_dir: str | Path, *, time_scale: float = 1.0, notice_protocol: str | None = None,
-        hold_nodes: Collection[int] = (),
+        self, state_dir: str | Path, *, time_scale: float = 1.0, clock: Clock | None = None,
+        chaos: ChaosPlan | None = None, notice_protocol: str | None = None, hold_nodes: Collection[int] = (),
     ):
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.time_scale = time_scale
-        self.notice_protocol = notice_protocol
+        self.clock = clock or WallClock(time.time(), time_scale)
+        self.time_scale = self.clock.scale
+        self.chaos = chaos
+        self.notice_protocol = notice_protocol or (chaos.notice if chaos else None)
         self.hold_nodes = frozenset(hold_nodes)
         self._nodes: dict[str, _LocalNode] = {}
+        self._training: set[str] = set()
         self._lock = threading.Lock()
 
-    def protocol(self, pool: PoolSpec) -> str:
+    @classmethod
+    def from_context(cls, context: ProviderContext) -> LocalProvider:
+        return cls(context.state_dir, clock=context.clock, chaos=context.chaos, hold_nodes=context.hold_nodes)
+
+    def protocol(self, pool: Pool) -> str:
         """The notice protocol a node of ``pool`` speaks."""
         if self.notice_protocol:
             return self.notice_protocol
         return pool.cloud if pool.cloud in notices.NOTICE_LEAD_S else "aws"
 
-    def lead_s(self, pool: PoolSpec) -> float:
+    def lead_s(self, pool: Pool) -> float:
         """Real seconds between a notice and the reclaim, for ``pool``'s protocol."""
         return notices.NOTICE_LEAD_S[self.protocol(pool)] / self.time_scale
 
     # -- Provider ---------------------------------------------------------------------------
-    def provision(self, pool: PoolSpec, *, launch_id: str) -> list[Node]:
-        nodes = []
+    def provision(self, pool: Pool, *, nodes: int, launch_id: str) -> list[Node]:
+        provisioned: list[Node] = []
         protocol = self.protocol(pool)
         interval = max(0.05, min(5.0, self.lead_s(pool) / 10))
-        for index in range(pool.nodes):
+        for index in range(nodes):
             node_id = f"{launch_id}-n{index}"
             server = MetadataServer(instance_name=node_id, on_acknowledge=lambda _e, i=node_id: self._expedite(i))
             server.start()
@@ -216,13 +239,13 @@ class LocalProvider(Provider):
             watch = NoticeWatch(watcher, interval_s=interval, on_notice=seen.append).start()
             pid_file = self.state_dir / f"{node_id}.pids"
             node = Node(
-                id=node_id, index=index, pool=pool, provisioned_at=time.time(),
+                id=node_id, index=index, pool=pool, provisioned_at=self.clock.wall(),
                 handle={"metadata_url": server.url, "protocol": protocol, "pid_file": str(pid_file)},
             )
             with self._lock:
                 self._nodes[node_id] = _LocalNode(node, server, watch, pid_file, notices=seen)
-            nodes.append(node)
-        return nodes
+            provisioned.append(node)
+        return provisioned
 
     def wait_ready(self, nodes: Sequence[Node], *, timeout_s: float) -> None:
         for node in nodes:
@@ -257,13 +280,14 @@ class LocalProvider(Provider):
         return started
 
     def poll(self, nodes: Sequence[Node]) -> list[NodeStatus]:
+        self._inject_chaos(nodes)
         out = []
         for node in nodes:
             local = self._nodes[node.id]
             if local.terminated:
                 out.append(NodeStatus(node.id, NodeState.TERMINATED))
                 continue
-            if local.reclaim_at is not None and not local.reclaimed and time.time() >= local.reclaim_at:
+            if local.reclaim_at is not None and not local.reclaimed and self.clock.wall() >= local.reclaim_at:
                 self._kill(local)
                 local.reclaimed = True
             if local.reclaimed:
@@ -280,6 +304,9 @@ class LocalProvider(Provider):
             else:
                 out.append(NodeStatus(node.id, NodeState.EXITED, rc))
         return out
+
+    def training_started(self, nodes: Sequence[Node]) -> None:
+        self._training.update(n.id for n in nodes)
 
     def interruption_notice(self, node: Node) -> Notice | None:
         found = self._nodes[node.id].notices
@@ -344,7 +371,7 @@ class LocalProvider(Provider):
         protocol's lead time, scaled). Returns the reclaim time (POSIX seconds)."""
         local = self._nodes[node.id]
         lead = self.lead_s(node.pool) if lead_s is None else lead_s
-        at = time.time() + lead
+        at = self.clock.wall() + lead
         local.server.announce_preemption(deadline=at)
         local.reclaim_at = at if local.reclaim_at is None else min(local.reclaim_at, at)
         return local.reclaim_at
@@ -356,8 +383,24 @@ class LocalProvider(Provider):
         return dict(local.known)
 
     # -- internals ------------------------------------------------------------------------
+    def _inject_chaos(self, nodes: Sequence[Node]) -> None:
+        """Reclaim a node of this launch when the chaos plan has one due (one per launch)."""
+        if self.chaos is None or not nodes or nodes[0].pool.purchase != "spot":
+            return
+        live = [self._nodes[n.id] for n in nodes]
+        if any(n.id not in self._training for n in nodes) or any(
+            local.terminated or local.reclaim_at is not None for local in live
+        ):
+            return
+        due = self.chaos.due(list(nodes))
+        if due is None:
+            return
+        victim, scheduled, elapsed = due
+        reclaim_at = self.preempt(victim)
+        self.chaos.report(ChaosFired(victim.id, scheduled, elapsed, reclaim_at))
+
     def _expedite(self, node_id: str) -> None:
-        self._nodes[node_id].reclaim_at = time.time()
+        self._nodes[node_id].reclaim_at = self.clock.wall()
 
     def _remember(self, local: _LocalNode) -> None:
         if local.process is None:

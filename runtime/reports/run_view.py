@@ -42,7 +42,7 @@ from runtime.control.events import FILENAME as EVENTS_FILE
 from runtime.control.events import read_events
 from runtime.accounting.ledger import FILENAME as LEDGER_FILE
 from runtime.accounting.ledger import Interval, Ledger, LedgerSnapshot, PoolSpend
-from runtime.providers.base import PoolSpec
+from pricing.pool import Pool
 from runtime.control.run_state import STATE_FILE, SUMMARY_FILE, LaunchRecord, RunState, load_state, work_done_units
 from runtime.training.store import CheckpointStore
 
@@ -264,7 +264,8 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunView:
         burn_usd_per_hour=snapshot.burn_usd_per_hour,
         forecast=_forecast(state, job, pool, snapshot.total_usd, work_done, as_of, deadline_at),
         started_at=state.origin, as_of=as_of, last_activity=max(heard) if heard else None, deadline_at=deadline_at,
-        time_scale=state.time_scale, pool=pool.label() if pool is not None and state.status == "running" else None,
+        time_scale=state.time_scale,
+        pool=pool[0].label(pool[1]) if pool is not None and state.status == "running" else None,
         by_pool=snapshot.by_pool, snapshot=snapshot, segments=segments,
         timeline=_timeline(events, segments, intervals),
         thresholds=tuple(job.alerts.thresholds), alerts_sent=tuple(sorted(sent)), problems=tuple(problems),
@@ -367,33 +368,34 @@ def _training_step(path: Path, state: RunState) -> int | None:
     return status.step if status is not None and status.attempt == current.launch_id else None
 
 
-def _pool(state: RunState) -> PoolSpec | None:
-    if state.pool is not None:
-        return PoolSpec.from_dict(state.pool)
-    return state.launches[-1].pool_spec if state.launches else None
+def _pool(state: RunState) -> tuple[Pool, int] | None:
+    if state.pool is not None and state.nodes is not None:
+        return state.pool, state.nodes
+    return (state.launches[-1].pool, state.launches[-1].nodes) if state.launches else None
 
 
-def _forecast(state: RunState, job: JobSpec, pool: PoolSpec | None, spent: float, work_done: float | None,
+def _forecast(state: RunState, job: JobSpec, current: tuple[Pool, int] | None, spent: float, work_done: float | None,
               as_of: float, deadline_at: float | None) -> forecast.Forecast | None:
     """As the controller forecasts: spend so far plus the work left on the current pool at its rate."""
     budget = job.constraints.budget_usd
     if state.status == "completed":
         return forecast.forecast(spent, 0.0, 0.0, at=as_of, budget_usd=budget, deadline_at=deadline_at)
-    if pool is None or work_done is None:
+    if current is None or work_done is None:
         return None
-    rate = state.known_rate(job, pool)
+    pool, nodes = current
+    rate = state.known_rate(job, pool, nodes)
     if rate is None:
         return None
     left = max(job.workload.amount - work_done, 0.0)
-    return forecast.forecast(spent, left / rate, pool.hourly_usd * pool.nodes, at=as_of, budget_usd=budget,
+    return forecast.forecast(spent, left / rate, pool.hourly_usd * nodes, at=as_of, budget_usd=budget,
                              deadline_at=deadline_at)
 
 
 def _segment(record: LaunchRecord, by_launch: dict[str, float]) -> Segment:
-    pool = record.pool_spec
+    pool = record.pool
     return Segment(
-        launch_id=record.launch_id, pool_id=pool.pool_id, label=pool.label(), purchase=pool.purchase,
-        nodes=pool.nodes, hourly_usd=pool.hourly_usd, start=record.provisioned_at, end=record.released_at,
+        launch_id=record.launch_id, pool_id=pool.id, label=record.label(), purchase=pool.purchase,
+        nodes=record.nodes, hourly_usd=pool.hourly_usd, start=record.provisioned_at, end=record.released_at,
         start_step=record.start_step, end_step=record.end_step, outcome=record.outcome, reason=record.reason,
         cost_usd=by_launch.get(record.launch_id, 0.0),
     )

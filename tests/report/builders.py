@@ -25,16 +25,17 @@ from planner.job import load_job
 from runtime.training import contract
 from runtime.control.events import EventLog
 from runtime.accounting.ledger import IntervalKey, Ledger
-from runtime.providers.base import PoolSpec
+from pricing.pool import Pool
 from runtime.control.run_state import LaunchRecord, build_summary, new_state, save_state, write_summary
 from runtime.training.store import CheckpointStore, Manifest
 
 T0 = 1_796_000_000.0  # 2026-11-30 00:53:20 UTC
 HOUR = 3600.0
-SPOT = PoolSpec(cloud="aws", region="us-east-1", zone="use1-az1", instance_type="g4dn.xlarge", gpu="T4",
-                gpus_per_node=1, purchase="spot", nodes=2, hourly_usd=1.5)
-ON_DEMAND = PoolSpec(cloud="gcp", region="us-central1", zone=None, instance_type="n1-standard-4-t4", gpu="T4",
-                     gpus_per_node=1, purchase="on_demand", nodes=1, hourly_usd=3.0)
+SPOT = Pool(cloud="aws", region="us-east-1", zone="use1-az1", instance_type="g4dn.xlarge", gpu="T4",
+            gpus_per_node=1, purchase="spot", hourly_usd=1.5)
+ON_DEMAND = Pool(cloud="gcp", region="us-central1", zone=None, instance_type="n1-standard-4-t4", gpu="T4",
+                 gpus_per_node=1, purchase="on_demand", hourly_usd=3.0)
+NODES = {SPOT: 2, ON_DEMAND: 1}
 L1_USD = 2 * 1.5 * (2.0 - 0.02)  # $5.94
 RATE_STEPS_PER_HOUR = 200.0  # measured on l-2's single T4
 
@@ -45,7 +46,7 @@ name = "synthetic"
 steps = 1000
 
 [workload.throughput]
-T4 = 0.05
+T4 = 0.05555555555555555  # 200 steps/h: the table agrees with what l-2 measures
 
 [constraints]
 deadline_hours = 10
@@ -90,7 +91,7 @@ class SyntheticRun:
         """Up to the re-plan after l-1's preemption at 2 h, and l-2 provisioned at 2.1 h."""
         self.emit(0.0, "run_started", job="synthetic", provider="local", time_scale=1.0, policy="danlu", chaos=[],
                   checkpoint_dir=self.state.checkpoint_dir)
-        self.emit(0.0, "plan", pool=SPOT.label(), expected_cost_usd=15.0, expected_hours=5.0, note="")
+        self.emit(0.0, "plan", pool=SPOT.label(NODES[SPOT]), expected_cost_usd=15.0, expected_hours=5.0, note="")
         self._launch("l-1", SPOT, 0.02, start_step=0)
         self.emit(1.95, "notice", node="l-1-n1", cloud="aws", kind="interruption", action="terminate",
                   detail="spot instance-action")
@@ -103,14 +104,15 @@ class SyntheticRun:
         _commit(self.store, 400)
         self.emit(2.0, "launch_end", launch="l-1", outcome="preempted", reason="stop request", committed_step=400,
                   reached_step=400, lost_steps=0, nodes={})
-        self.emit(2.0, "preemption", launch="l-1", pool=SPOT.pool_id, count=1, cooldown_until=_at(2.5),
+        self.emit(2.0, "preemption", launch="l-1", pool=SPOT.id, count=1, cooldown_until=_at(2.5),
                   interruption_rate=0.9, prior_rate=0.5, step=400)
-        self.emit(2.0, "replan", reason=f"{SPOT.pool_id} preempted at step 400", previous=None,
-                  pool=ON_DEMAND.label(), pool_changed=True, expected_cost_usd=9.0, expected_hours=3.0,
+        self.emit(2.0, "replan", reason=f"{SPOT.id} preempted at step 400", previous=None,
+                  pool=ON_DEMAND.label(NODES[ON_DEMAND]), pool_changed=True, expected_cost_usd=9.0, expected_hours=3.0,
                   work_left=600.0)
         self.state.preemptions, self.state.replans, self.state.steps = 1, 1, 400
-        self.state.pool = ON_DEMAND.to_dict()
-        self.state.measured = {"gpu": "T4", "gpus": 1, "units": RATE_STEPS_PER_HOUR, "hours": 1.0}
+        self.state.set_pool(ON_DEMAND, NODES[ON_DEMAND])
+        self.state.measured = {"gpu": "T4", "gpus": 1, "units": RATE_STEPS_PER_HOUR, "hours": 1.0,
+                               "steps": RATE_STEPS_PER_HOUR}
         self._launch("l-2", ON_DEMAND, 2.1, start_step=400)
         return self
 
@@ -146,17 +148,18 @@ class SyntheticRun:
         self.events.close()
         return self.run_dir
 
-    def _launch(self, launch_id: str, pool: PoolSpec, hours: float, *, start_step: int) -> None:
-        self.state.launches.append(LaunchRecord(launch_id=launch_id, pool=pool.to_dict(), world_size=pool.nodes,
+    def _launch(self, launch_id: str, pool: Pool, hours: float, *, start_step: int) -> None:
+        nodes = NODES[pool]
+        self.state.launches.append(LaunchRecord(launch_id=launch_id, pool=pool, nodes=nodes, world_size=nodes,
                                                 start_step=start_step, provisioned_at=_at(hours)))
         self.state.active = True
-        for i in range(pool.nodes):
+        for i in range(nodes):
             node = f"{launch_id}-n{i}"
-            self.ledger.open_interval(IntervalKey(launch_id, node), pool=pool.pool_id, purchase=pool.purchase,
+            self.ledger.open_interval(IntervalKey(launch_id, node), pool=pool.id, purchase=pool.purchase,
                                       hourly_usd=pool.hourly_usd, start=_at(hours))
-            self.emit(hours, "node_up", node=node, pool=pool.pool_id, purchase=pool.purchase,
+            self.emit(hours, "node_up", node=node, pool=pool.id, purchase=pool.purchase,
                       hourly_usd=pool.hourly_usd, launch=launch_id)
-        self.emit(hours, "launch", launch=launch_id, pool=pool.label(), world_size=pool.nodes, rdzv_id="x",
+        self.emit(hours, "launch", launch=launch_id, pool=pool.label(nodes), world_size=nodes, rdzv_id="x",
                   start_step=start_step)
         save_state(self.run_dir, self.state)
 

@@ -56,10 +56,10 @@ def test_timeline_has_launches_preemptions_and_replans_with_spend_at_each(tmp_pa
     assert by_kind["notice"].spent_usd == pytest.approx(2 * 1.5 * (1.95 - 0.02))
     assert by_kind["run_end"].spent_usd == pytest.approx(view.spent_usd)
     first, second = [e for e in view.timeline if e.kind == "launch"]
-    assert first.segment.pool_id == SPOT.pool_id and first.cost_usd == pytest.approx(L1_USD)
+    assert first.segment.pool_id == SPOT.id and first.cost_usd == pytest.approx(L1_USD)
     assert "steps 0-400, preempted (stop request)" in first.text
     assert second.segment.purchase == "on_demand" and second.cost_usd == pytest.approx(8.7)
-    assert by_kind["replan"].text.startswith(f"re-plan: {ON_DEMAND.label()}")
+    assert by_kind["replan"].text.startswith(f"re-plan: {ON_DEMAND.label(1)}")
 
 
 def test_run_in_progress_is_read_from_state_events_and_ledger(tmp_path: Path) -> None:
@@ -80,7 +80,7 @@ def test_run_in_progress_is_read_from_state_events_and_ledger(tmp_path: Path) ->
     assert fc.total_usd == pytest.approx(total + 6.0)
     assert view.eta == pytest.approx(T0 + 5 * HOUR)
     assert fc.slack_hours == pytest.approx(5.0)
-    assert view.pool == ON_DEMAND.label()
+    assert view.pool == ON_DEMAND.label(1)
     assert view.segments[-1].end is None and view.segments[-1].outcome is None
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from runtime.providers.notices import INTERRUPTION
-from runtime.providers.base import LaunchSpec, Node, NodeState, PoolSpec
+from pricing.pool import Pool
+from runtime.providers.base import LaunchSpec, Node, NodeState
 from runtime.providers.local import LocalProvider, is_running, torchrun_argv
 
 pytestmark = pytest.mark.ddp
@@ -21,8 +22,8 @@ pytestmark = pytest.mark.ddp
 SLEEPER = Path(__file__).parent / "workers" / "sleeper.py"
 
 
-def _pool(cloud: str = "aws", nodes: int = 2) -> PoolSpec:
-    return PoolSpec(cloud, "us-east-1", "use1-az1", "g4dn.xlarge", "T4", 1, "spot", nodes, 0.2)
+def _pool(cloud: str = "aws") -> Pool:
+    return Pool(cloud, "us-east-1", "use1-az1", "g4dn.xlarge", "T4", 1, "spot", 0.2)
 
 
 def _launch(tmp_path: Path, launch_id: str = "l-1", *, rdzv_timeout_s: float = 30.0, env: dict | None = None
@@ -75,7 +76,7 @@ def test_argv_runs_python_scripts_under_torchrun_and_other_programs_with_no_pyth
 
 
 def test_two_nodes_rendezvous_into_one_world_and_exit(tmp_path: Path, provider: LocalProvider) -> None:
-    nodes = provider.provision(_pool(), launch_id="l-1")
+    nodes = provider.provision(_pool(), nodes=2, launch_id="l-1")
     provider.wait_ready(nodes, timeout_s=5)
     launch = _launch(tmp_path)
     nodes = provider.run(nodes, launch)
@@ -98,7 +99,7 @@ def test_two_nodes_rendezvous_into_one_world_and_exit(tmp_path: Path, provider: 
 def test_preemption_is_announced_then_the_node_is_killed_without_orphans(
     tmp_path: Path, provider: LocalProvider, cloud: str
 ) -> None:
-    nodes = provider.run(provider.provision(_pool(cloud, nodes=1), launch_id="l-1"), _launch(tmp_path))
+    nodes = provider.run(provider.provision(_pool(cloud), nodes=1, launch_id="l-1"), _launch(tmp_path))
     worker_pid = _ranks(tmp_path / "work", 1)[0]["pid"]
     reclaim_at = provider.preempt(nodes[0], lead_s=1.5)
     deadline = time.monotonic() + 10
@@ -114,7 +115,7 @@ def test_preemption_is_announced_then_the_node_is_killed_without_orphans(
 
 
 def test_acknowledged_azure_event_evicts_at_once(tmp_path: Path, provider: LocalProvider) -> None:
-    nodes = provider.run(provider.provision(_pool("azure", nodes=1), launch_id="l-1"), _launch(tmp_path))
+    nodes = provider.run(provider.provision(_pool("azure"), nodes=1, launch_id="l-1"), _launch(tmp_path))
     _ranks(tmp_path / "work", 1)
     provider.preempt(nodes[0], lead_s=60)
     deadline = time.monotonic() + 10
@@ -130,7 +131,8 @@ def test_acknowledged_azure_event_evicts_at_once(tmp_path: Path, provider: Local
 def test_a_node_that_never_joins_makes_the_rendezvous_time_out(tmp_path: Path) -> None:
     provider = LocalProvider(tmp_path / "provider", hold_nodes={1})
     try:
-        nodes = provider.run(provider.provision(_pool(), launch_id="l-1"), _launch(tmp_path, rdzv_timeout_s=2))
+        provisioned = provider.provision(_pool(), nodes=2, launch_id="l-1")
+        nodes = provider.run(provisioned, _launch(tmp_path, rdzv_timeout_s=2))
         assert [s.state for s in provider.poll(nodes)] == [NodeState.RUNNING, NodeState.READY]
         deadline = time.monotonic() + 30
         while provider.poll(nodes)[0].state is NodeState.RUNNING and time.monotonic() < deadline:
@@ -144,7 +146,7 @@ def test_a_node_that_never_joins_makes_the_rendezvous_time_out(tmp_path: Path) -
 
 def test_nodes_of_a_dead_controller_are_reaped_from_their_pid_files(tmp_path: Path) -> None:
     first = LocalProvider(tmp_path / "provider")
-    nodes = first.run(first.provision(_pool(), launch_id="l-1"), _launch(tmp_path))
+    nodes = first.run(first.provision(_pool(), nodes=2, launch_id="l-1"), _launch(tmp_path))
     _ranks(tmp_path / "work", 2)
     pids = {pid for node in nodes for pid in first.pids(node)}
     assert len(pids) >= 4  # two agents and two workers

@@ -7,8 +7,9 @@ import importlib
 import pytest
 
 MODULES = [
-    "runtime.control.controller", "runtime.control.run_state", "runtime.control.events", "runtime.control.replan", "runtime.control.chaos",
-    "runtime.providers.notices", "runtime.providers.metadata_server", "runtime.providers.base", "runtime.providers.local",
+    "runtime.control.controller", "runtime.control.run_state", "runtime.control.events", "runtime.control.replan",
+    "runtime.control.chaos", "runtime.control.clock", "runtime.providers.notices", "runtime.providers.metadata_server",
+    "runtime.providers.base", "runtime.providers.local", "runtime.providers.fake", "runtime.providers.registry",
 ]
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from planner.cli import main
 from planner.job import load_job
@@ -14,13 +16,16 @@ from runtime.control.events import EventLog, read_events
 from runtime.control.run_state import (
     LaunchRecord,
     RunStateError,
-    SimClock,
     load_state,
     new_state,
     plan_pool,
     save_state,
 )
+from pricing.pool import Pool
+from runtime.control.clock import ManualClock, WallClock
 from tests.run.helpers import write_catalog, write_job
+
+POOL = Pool("aws", "us-east-1", "use1-az1", "g4dn.xlarge", "T4", 1, "spot", 0.16)
 
 
 def _state(tmp_path: Path, **changes):
@@ -30,21 +35,40 @@ def _state(tmp_path: Path, **changes):
 
 
 def test_sim_clock_scales_from_its_origin() -> None:
-    clock = SimClock(origin=1000.0, scale=60)
+    clock = WallClock(origin=1000.0, scale=60)
     assert clock.sim(1000.0) == 1000.0
     assert clock.sim(1010.0) == 1600.0
     assert clock.real_seconds(120) == 2
+    manual = ManualClock(origin=1000.0, scale=60)
+    manual.sleep(10)
+    assert (manual.wall(), manual.now()) == (1010.0, 1600.0)
+    assert ManualClock(origin=1000.0, scale=60, at=1020.0).now() == 2200.0
 
 
 def test_state_round_trips_through_the_file(tmp_path: Path) -> None:
     state = _state(tmp_path)
-    state.launches.append(LaunchRecord("l-1", {"cloud": "aws"}, 2, 0, 5.0, nodes=[{"id": "l-1-n0"}]))
+    state.launches.append(LaunchRecord(launch_id="l-1", pool=POOL, nodes=1, world_size=2, start_step=0,
+                                       provisioned_at=5.0, hosts=[{"id": "l-1-n0"}]))
     state.cooling["aws:x:y"] = 12.5
     save_state(tmp_path / "run", state)
     loaded = load_state(tmp_path / "run")
     assert loaded == state
     assert (tmp_path / "run" / "state.json").stat().st_mode & 0o777 == 0o644
     assert loaded.checkpoint_dir == str((tmp_path / "run" / "ckpt").resolve())
+
+
+def test_the_rate_a_run_plans_with_blends_its_measurement_with_the_table_by_steps_seen(tmp_path: Path) -> None:
+    # A loaded machine ran the first steps at half speed: two steps must not halve every forecast.
+    state = _state(tmp_path, speed=0.85)
+    table = state.known_rate(load_job(tmp_path / "job.toml"), POOL, 1)
+    job = load_job(tmp_path / "job.toml")
+    assert table == pytest.approx(0.85 * 3600)
+    state.learn_throughput(POOL, 1, units=2, hours=2 / (table / 2), steps=2)
+    glance = state.known_rate(job, POOL, 1)
+    assert table * 0.98 < glance < table
+    state.learn_throughput(POOL, 1, units=4000, hours=4000 / (table / 2), steps=4000)
+    settled = state.known_rate(job, POOL, 1)
+    assert table / 2 < settled < table * 0.55
 
 
 def test_a_run_directory_is_never_started_twice(tmp_path: Path) -> None:
@@ -74,13 +98,13 @@ def test_jobs_planner_run_cannot_follow_are_refused(tmp_path: Path) -> None:
 def test_plan_files_name_the_missing_key() -> None:
     with pytest.raises(RunStateError, match="plan.phases"):
         plan_pool({"plan": {"phases": []}}, source="plan.json")
-    with pytest.raises(RunStateError, match="'nodes'"):
+    with pytest.raises(RunStateError, match="key 'nodes'"):
         plan_pool({"phases": [{"cloud": "aws", "region": "r", "instance_type": "t", "gpu": "T4",
                                "gpus_per_node": 1, "purchase": "spot", "hourly_usd": 1}]}, source="plan.json")
-    pool = plan_pool({"plan": {"phases": [{"cloud": "aws", "region": "r", "zone": "z", "instance_type": "t",
+    pool, nodes = plan_pool({"plan": {"phases": [{"cloud": "aws", "region": "r", "zone": "z", "instance_type": "t",
                                            "gpu": "T4", "gpus_per_node": 1, "nodes": 2, "purchase": "spot",
                                            "hourly_usd": 1.5}]}}, source="plan.json")
-    assert pool.pool_id == "aws:r/z:t" and pool.nodes == 2
+    assert pool == Pool("aws", "r", "z", "t", "T4", 1, "spot", 1.5) and pool.id == "aws:r/z:t" and nodes == 2
 
 
 def test_event_log_survives_a_torn_last_line(tmp_path: Path) -> None:
@@ -101,7 +125,7 @@ def test_event_log_survives_a_torn_last_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--provider", "aws"], "only the local provider"),
+        (["--provider", "aws"], "provider 'aws' is not registered; registered providers: local"),
         (["--chaos", "when=3s"], "--chaos"),
         (["--chaos", "at=soon"], "not a duration"),
     ],
@@ -125,3 +149,73 @@ def test_an_infeasible_job_ends_without_launching(tmp_path: Path, capsys) -> Non
     out = capsys.readouterr().out
     assert json.loads(out[out.index("\n{\n") + 1:]) == summary
     assert oct(os.stat(run_dir / "summary.json").st_mode & 0o777) == "0o644"
+
+
+def _no_budget_run(tmp_path: Path) -> Path:
+    job_path = write_job(tmp_path / "job.toml", entrypoint=["python", "train.py"])
+    job_path.write_text(job_path.read_text().replace("budget_usd = 5.0\n", ""))
+    catalog = write_catalog(tmp_path / "catalog.csv")
+    new_state(job_path=job_path, job=load_job(job_path), run_dir=tmp_path / "run", catalog=str(catalog),
+              provider="local", time_scale=60, policy="danlu", chaos=[])
+    return tmp_path / "run"
+
+
+@pytest.mark.parametrize("budget", ["-5", "0", "nan"])
+def test_a_resume_with_a_bad_budget_is_refused_and_the_run_stays_resumable(tmp_path: Path, capsys,
+                                                                            budget: str) -> None:
+    from tests.run.fake_run import open_run, script
+
+    run_dir = _no_budget_run(tmp_path)
+    before = (run_dir / "state.json").read_bytes()
+    assert main(["run", "--resume", str(run_dir), "--budget-usd", budget]) == 2
+    err = capsys.readouterr().err
+    assert "--budget-usd" in err and "positive number" in err and "Traceback" not in err
+    assert (run_dir / "state.json").read_bytes() == before
+    assert open_run(run_dir, script()).run()["status"] == "completed"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda s: s.update(status="bogus"), "status: Input should be 'running'"),
+        (lambda s: s.update(time_scale=0), "time_scale: Input should be greater than 0"),
+        (lambda s: s.update(policy="yolo"), "policy: Value error, unknown policy 'yolo'"),
+        (lambda s: s["job"]["constraints"].update(budget_usd=-5), "job: Value error, the job does not validate: "
+                                                                  "constraints.budget_usd"),
+        (lambda s: s.update(pool={**POOL.to_dict(), "purchase": "lease"}, nodes=1), "pool: Value error, purchase="),
+        (lambda s: s.update(pool=POOL.to_dict(), nodes=None), "keys 'pool' and 'nodes' go together"),
+        (lambda s: s.update(launches=[{"launch_id": "l-1", "pool": POOL.to_dict(), "nodes": 0, "world_size": 1,
+                                       "start_step": 0, "provisioned_at": 1.0}]),
+         "launches.0.nodes: Input should be greater than or equal to 1"),
+        (lambda s: s.update(surprise=1), "surprise: Extra inputs are not permitted"),
+    ],
+)
+def test_a_bad_state_file_is_refused_naming_the_key(tmp_path: Path, change, message: str) -> None:
+    _state(tmp_path)
+    path = tmp_path / "run" / "state.json"
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(RunStateError, match=re.escape(message)):
+        load_state(tmp_path / "run")
+
+
+def test_a_bad_value_never_reaches_the_file(tmp_path: Path) -> None:
+    state = _state(tmp_path)
+    with pytest.raises(ValidationError, match="status"):
+        state.status = "bogus"
+    with pytest.raises(ValidationError, match="budget_usd"):
+        state.job = {**state.job, "constraints": {**state.job["constraints"], "budget_usd": -5}}
+    state.cooling["aws:x:y"] = float("nan")  # a nested change is caught when the state is written
+    with pytest.raises(RunStateError, match="refusing to write an invalid run state: cooling.aws:x:y"):
+        save_state(tmp_path / "run", state)
+    assert load_state(tmp_path / "run").cooling == {}
+
+
+def test_plan_files_with_held_and_reserved_pools_are_runnable(tmp_path: Path) -> None:
+    for purchase, extra in [("reserved_held", {"term_hours": 100.0}), ("reserved_3y", {"term_usd": 9.0})]:
+        pool, nodes = plan_pool({"phases": [{**POOL.to_dict(), "zone": None, "purchase": purchase, "hourly_usd": 0,
+                                             "nodes": 3, **extra}]}, source="plan.json")
+        assert (pool.purchase, pool.hourly_usd, nodes) == (purchase, 0.0, 3)
+    with pytest.raises(RunStateError, match="plan.phases\\[0\\]: purchase='lease' is not one of"):
+        plan_pool({"phases": [{**POOL.to_dict(), "purchase": "lease", "nodes": 1}]}, source="plan.json")

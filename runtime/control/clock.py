@@ -1,0 +1,98 @@
+"""The run's clocks: real time for real runs, a manual clock for tests that must not wait.
+
+Billing, deadlines and plans run on *simulated* time, ``scale`` simulated seconds per
+real second from ``origin`` (a real POSIX time), so a plan of hours can be exercised in
+minutes. At scale 1 simulated time is real time.
+
+Everything that waits or stamps a time goes through one :class:`Clock`: the controller,
+the providers (node start times, scheduled reclaims) and the fake provider's workers
+(their ``status.json`` times). :class:`WallClock` reads the system clock and sleeps for
+real; :class:`ManualClock` starts at ``origin`` and moves only when someone sleeps on it,
+so a test of a six-hour run takes milliseconds and gives the same answer every time.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+
+__all__ = [
+    "Clock",
+    "ManualClock",
+    "WallClock",
+]
+
+
+class Clock(abc.ABC):
+    """Real time (``wall``, ``monotonic``, ``sleep``) and the run's simulated time derived from it."""
+
+    def __init__(self, origin: float, scale: float = 1.0):
+        if not scale > 0:
+            raise ValueError(f"clock scale {scale!r} must be > 0")
+        self.origin = float(origin)
+        self.scale = float(scale)
+
+    @abc.abstractmethod
+    def wall(self) -> float:
+        """Real POSIX seconds (what processes stamp their files with)."""
+
+    @abc.abstractmethod
+    def monotonic(self) -> float:
+        """Real seconds for measuring intervals."""
+
+    @abc.abstractmethod
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` of real time."""
+
+    def now(self) -> float:
+        """Simulated POSIX seconds: the time billing and deadlines use."""
+        return self.sim(self.wall())
+
+    def sim(self, real: float) -> float:
+        return self.origin + (real - self.origin) * self.scale
+
+    def elapsed_hours(self) -> float:
+        return (self.now() - self.origin) / 3600.0
+
+    def real_seconds(self, sim_seconds: float) -> float:
+        return sim_seconds / self.scale
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(origin={self.origin!r}, scale={self.scale!r})"
+
+
+class WallClock(Clock):
+    """The system clock."""
+
+    def wall(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds))
+
+
+class ManualClock(Clock):
+    """Starts at real time ``at`` (default ``origin``); :meth:`sleep` and :meth:`advance` move it, nothing else.
+
+    A resumed run gets a clock that starts where the last one stopped (``at``), with the
+    run's ``origin``: time never runs backwards across a resume.
+    """
+
+    def __init__(self, origin: float = 1_800_000_000.0, scale: float = 1.0, *, at: float | None = None):
+        super().__init__(origin, scale)
+        self._real = self.origin if at is None else float(at)
+
+    def wall(self) -> float:
+        return self._real
+
+    def monotonic(self) -> float:
+        return self._real
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+
+    def advance(self, seconds: float) -> None:
+        self._real += max(0.0, seconds)

@@ -1,0 +1,237 @@
+"""The controller on the scripted fake provider and a manual clock (no torchrun, no waiting).
+
+Each run is a 300-step job at 60x; the fake's workers write status.json and commit
+checkpoints as the contract says, so everything the controller decides comes from the
+same files and node states a real launch gives it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runtime.accounting.ledger import Ledger, LedgerError
+from runtime.control.run_state import load_state, raise_budget, save_state
+from runtime.providers.fake import FakeProvider, Reclaim
+from runtime.training.store import CheckpointStore
+from tests.run.fake_run import AWS_A, GCP, SCALE, SPEED, TUNING, billed, new_run, open_run, phase, script, start_run
+
+
+def test_a_run_completes_on_the_planned_pool_billed_by_the_clock(tmp_path: Path) -> None:
+    run = start_run(tmp_path, script())
+    summary = run.run()
+    assert summary["status"] == "completed" and summary["steps"] == 300 and summary["failures"] == 0
+    assert [launch["pool_id"] for launch in summary["launches"]] == [AWS_A]
+    assert CheckpointStore(load_state(run.run_dir).checkpoint_dir).latest_step() == 300
+    # 300 steps at 51 steps/s after a 1 s start-up, on the manual clock: about 6.9 s real, 6.9 min simulated.
+    up, down = run.events("node_up")[0], run.events("node_down")[0]
+    assert (down["t"] - up["t"]) / SCALE == pytest.approx(1 + 300 / 51, abs=0.25)
+    assert summary["cost_usd"] == pytest.approx(billed(run.events()), rel=1e-9)
+    assert summary["cost_usd"] == pytest.approx(0.16 * (down["t"] - up["t"]) / 3600, rel=1e-6)
+    assert run.provider.provisioned == [("l-1", load_state(run.run_dir).launches[0].pool, 1)]
+    assert run.state_json()["status"] == "completed"
+
+
+def test_a_notice_checkpoints_at_once_and_the_job_moves_to_another_pool(tmp_path: Path) -> None:
+    run = start_run(tmp_path, script(reclaims=(Reclaim("l-1", after_s=2.0, notice=True, lead_s=1.0),)))
+    summary = run.run()
+    assert summary["status"] == "completed" and summary["steps"] == 300
+    first, second = summary["launches"]
+    assert first["outcome"] == "preempted" and first["pool_id"] == AWS_A
+    assert second["pool_id"] == GCP and second["start_step"] == first["end_step"] > 50  # not the interval one
+    assert summary["preemptions"] == 1 and summary["replans"] == 1 and summary["lost_steps"] == 0
+    stop = run.events("checkpoint_request")[0]
+    assert stop["action"] == "stop" and "interruption notice for l-1-n0" in stop["reason"]
+    assert run.events("preemption")[0]["pool"] == AWS_A
+    assert AWS_A in load_state(run.run_dir).cooling
+
+
+def test_a_reclaim_without_notice_loses_the_steps_since_the_last_checkpoint(tmp_path: Path) -> None:
+    run = start_run(tmp_path, script(reclaims=(Reclaim("l-1", after_s=2.5, notice=False),)))
+    summary = run.run()
+    assert summary["status"] == "completed"
+    first = summary["launches"][0]
+    assert first["outcome"] == "preempted" and "before the workers could checkpoint" in first["reason"]
+    assert first["end_step"] == 100  # 2.5 s at 51 steps/s reached 127; the checkpoint every 50 steps kept 100
+    assert summary["lost_steps"] == run.events("launch_end")[0]["lost_steps"] > 0
+    assert run.events("checkpoint_request") == []
+
+
+def test_a_crash_is_retried_on_the_same_pool(tmp_path: Path) -> None:
+    run = start_run(tmp_path, script(exits={"l-1": 3}), max_restarts=1)
+    summary = run.run()
+    assert summary["status"] == "completed" and summary["failures"] == 1 and summary["replans"] == 0
+    assert [launch["pool_id"] for launch in summary["launches"]] == [AWS_A, AWS_A]
+    assert "workers exited (l-1-n0: 3)" in summary["launches"][0]["reason"]
+    assert summary["launches"][1]["start_step"] == 50
+
+
+def test_crashes_past_max_restarts_fail_the_run_with_the_cause(tmp_path: Path) -> None:
+    run = start_run(tmp_path, script(exits={"l-1": 3, "l-2": 3}), max_restarts=1)
+    summary = run.run()
+    assert summary["status"] == "failed" and summary["failures"] == 2
+    assert "workers exited (l-2-n0: 3)" in summary["cause"] and "max_restarts" in summary["cause"]
+    assert summary["cost_usd"] == pytest.approx(billed(run.events()), rel=1e-9)
+
+
+def test_a_pool_without_capacity_cools_down_and_the_job_is_planned_elsewhere(tmp_path: Path) -> None:
+    run = start_run(tmp_path, script(no_capacity=frozenset({AWS_A})), max_restarts=1)
+    summary = run.run()
+    assert summary["status"] == "completed" and summary["failures"] == 1
+    assert [launch["pool_id"] for launch in summary["launches"]] == [GCP]
+    failed = run.events("provision_failed")[0]
+    assert "InsufficientInstanceCapacity" in failed["reason"] and failed["pool"].endswith("aws:us-east-1/use1-az1")
+    assert run.events("node_up")[0]["pool"] == GCP  # nothing was billed for the refused request
+
+
+def test_a_hung_start_up_times_out_as_a_failure(tmp_path: Path) -> None:
+    from runtime.control.controller import Tuning
+
+    run = start_run(tmp_path, script(hang=frozenset({"l-1"})), max_restarts=0,
+                    tuning=Tuning(poll_s=0.1, rdzv_timeout_s=1, startup_grace_s=3))
+    summary = run.run()
+    assert summary["status"] == "failed" and "did not start training within 4s" in summary["cause"]
+    up, down = run.events("node_up")[0], run.events("node_down")[0]
+    assert (down["t"] - up["t"]) / SCALE == pytest.approx(4, abs=0.2)
+
+
+def test_the_budget_cap_stops_after_a_checkpoint_and_a_raised_budget_finishes(tmp_path: Path) -> None:
+    # The workers are three times slower than the plan assumed: $0.02 runs out before the end.
+    slow = script(steps_per_s=SPEED * SCALE / 3)
+    run = start_run(tmp_path, slow, budget_usd=0.02)
+    summary = run.run()
+    assert summary["status"] == "budget_cap" and summary["cost_usd"] <= 0.02
+    assert 0 < summary["steps"] < 300 and summary["final_checkpoint"] is not None
+    assert run.events("launch_end")[0]["lost_steps"] == 0
+    assert (run.run_dir / "outbox" / "run-ended.eml").exists()
+
+    raise_budget(run.run_dir, 1.0)
+    resumed = open_run(run.run_dir, slow, at=run.clock.wall() + 1)
+    final = resumed.run()
+    assert final["status"] == "completed" and final["steps"] == 300
+    assert resumed.events("launch")[-1]["start_step"] == summary["steps"]
+
+
+
+@pytest.mark.parametrize(
+    ("purchase", "extra"),
+    [("reserved_held", {"term_hours": 500.0}), ("reserved_1y", {"term_usd": 1200.0, "term_hours": 8760.0})],
+)
+def test_held_and_reserved_pools_run_to_completion_at_no_hourly_cost(tmp_path: Path, purchase: str, extra) -> None:
+    run = start_run(tmp_path, script(), plan=phase(purchase, hourly_usd=0.0, **extra))
+    summary = run.run()
+    assert summary["status"] == "completed" and summary["steps"] == 300
+    assert [launch["purchase"] for launch in summary["launches"]] == [purchase]
+    with Ledger(run.run_dir) as ledger:
+        spend = ledger.by_pool()
+    assert [(s.pool, s.purchase, s.usd) for s in spend] == [("aws:us-east-1:g4dn.xlarge", purchase, 0.0)]
+    assert spend[0].node_hours > 0.1
+    state = run.state_json()
+    assert state["launches"][0]["pool"]["purchase"] == purchase and state["launches"][0]["nodes"] == 1
+
+
+def test_an_error_mid_run_ends_the_state_failed_not_running(tmp_path: Path, monkeypatch) -> None:
+    # A ledger that refuses the pool (as it refused held capacity) must not leave a run "running".
+    def refuse(self, key, **kwargs):
+        raise LedgerError(f"interval {key}: purchase={kwargs['purchase']!r} is not one of spot, on_demand")
+
+    monkeypatch.setattr(Ledger, "open_interval", refuse)
+    run = start_run(tmp_path, script())
+    with pytest.raises(LedgerError):
+        run.run()
+    state = run.state_json()
+    assert state["status"] == "failed" and "LedgerError" in state["cause"] and "purchase=" in state["cause"]
+    assert json.loads((run.run_dir / "summary.json").read_text())["status"] == "failed"
+    assert run.provider._launches["l-1"].terminated  # the nodes were released all the same
+
+
+def test_chaos_is_carried_out_by_the_provider_once_training_has_started(tmp_path: Path) -> None:
+    run = start_run(tmp_path, script(startup_s=5.0), chaos=("at=1s",))
+    summary = run.run()
+    assert summary["status"] == "completed" and summary["preemptions"] == 1
+    chaos = run.events("chaos")
+    assert len(chaos) == 1 and chaos[0]["node"] == "l-1-n0"
+    assert chaos[0]["scheduled_s"] == 1.0 and chaos[0]["elapsed_s"] >= 5.0  # held back until the workers trained
+    assert run.events("notice")[0]["node"] == "l-1-n0"
+    assert load_state(run.run_dir).chaos_fired == 1
+
+
+def test_a_resumed_run_does_not_replay_chaos_that_already_fired(tmp_path: Path) -> None:
+    run_dir = new_run(tmp_path, chaos=("at=1s",))
+    state = load_state(run_dir)
+    state.chaos_fired = 1  # as a controller that fired it, then died, left it
+    save_state(run_dir, state)
+    resumed = open_run(run_dir, script())
+    summary = resumed.run()
+    assert summary["status"] == "completed" and summary["preemptions"] == 0
+    assert resumed.events("chaos") == []
+
+
+def test_the_controller_takes_a_built_provider_and_never_calls_outside_its_interface(tmp_path: Path) -> None:
+    from runtime.control.controller import Controller
+    from runtime.control.clock import ManualClock
+    from runtime.providers.base import Provider, ProviderContext
+
+    run_dir = new_run(tmp_path)
+    state = load_state(run_dir)
+    clock = ManualClock(state.origin, state.time_scale)
+    fake = FakeProvider(ProviderContext(run_dir / "provider", clock), script())
+    used: set[str] = set()
+
+    class Watched(Provider):
+        name = "watched"
+
+        def __getattribute__(self, name: str):
+            if not name.startswith("_"):
+                used.add(name)
+            return object.__getattribute__(self, name)
+
+    interface = {n for n in vars(Provider) if not n.startswith("_")}
+    for name in interface - {"name", "from_context"}:
+        setattr(Watched, name, lambda self, *a, _n=name, **k: getattr(fake, _n)(*a, **k))
+    Watched.__abstractmethods__ = frozenset()
+    controller = Controller.open(run_dir, tuning=TUNING, provider=Watched(), clock=clock)
+    assert controller.run()["status"] == "completed"
+    assert used <= interface and {"provision", "run", "poll", "terminate", "close"} <= used
+
+
+# Workers at a third of the table's speed, preempted 6 s into training: after the restart the
+# 0.2 h deadline cannot be met any more, though the first plan met it.
+LATE = dict(steps_per_s=SPEED * SCALE / 3, reclaims=(Reclaim("l-1", after_s=6.0, notice=True, lead_s=1.0),))
+
+
+def test_a_deadline_miss_goes_on_with_the_late_plan_and_alerts(tmp_path: Path) -> None:
+    run = start_run(tmp_path, script(**LATE), deadline_hours=0.2, restart_minutes=5)
+    summary = run.run()
+    assert summary["status"] == "completed" and summary["steps"] == 300
+    miss = run.events("deadline_miss")
+    assert len(miss) == 1 and miss[0]["action"] == "continue" and "the deadline will be missed" in miss[0]["reason"]
+    assert run.events("replan")[0]["pool"] == miss[0]["pool"]
+    mail = (run.run_dir / "outbox" / "replan-deadline-miss-1.eml").read_text()
+    assert "deadline miss" in mail
+
+
+def test_a_deadline_miss_stops_the_run_when_the_job_says_so(tmp_path: Path) -> None:
+    run = start_run(tmp_path, script(**LATE), deadline_hours=0.2, restart_minutes=5,
+                    extra='on_deadline_miss = "stop"')
+    summary = run.run()
+    assert summary["status"] == "infeasible" and 'on_deadline_miss = "stop"' in summary["cause"]
+    assert [e["action"] for e in run.events("deadline_miss")] == ["stop"]
+    assert len(summary["launches"]) == 1 and summary["launches"][0]["outcome"] == "preempted"
+    assert summary["steps"] == summary["launches"][0]["end_step"] > 0  # the work up to the notice is kept
+    assert not list((run.run_dir / "outbox").glob("replan-deadline-miss-*"))
+
+
+def test_a_clock_that_is_not_the_runs_is_refused(tmp_path: Path) -> None:
+    from runtime.control.clock import ManualClock
+    from runtime.control.controller import Controller
+    from runtime.control.run_state import RunStateError
+
+    run_dir = new_run(tmp_path)
+    state = load_state(run_dir)
+    with pytest.raises(RunStateError, match="is not the run's"):
+        Controller.open(run_dir, provider=FakeProvider.scripted(script()),
+                        clock=ManualClock(state.origin, state.time_scale * 2))
+    assert not (run_dir / "events.jsonl").exists()  # refused before anything was logged
