@@ -288,6 +288,10 @@ class Controller:
         self.state.launches.append(record)
         self.state.active = True
         self.save()
+        term_usd = self.state.pool.get("term_usd") or 0.0  # per node, once; a held or hourly pool has none
+        if term_usd > 0:
+            self.ledger.buy_term(pool.pool_id, pool.purchase, term_usd=term_usd, nodes=pool.nodes,
+                                 launch_id=launch_id, at=record.provisioned_at)
         for node in nodes:
             start = self.clock.sim(node.provisioned_at)
             self.ledger.open_interval(IntervalKey(launch_id, node.id), pool=pool.pool_id, purchase=pool.purchase,

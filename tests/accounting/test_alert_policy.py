@@ -171,3 +171,10 @@ def test_credentials_in_the_url_are_refused_without_echoing_them():
 def test_policy_needs_a_positive_budget():
     with pytest.raises(AlertConfigError, match=r"budget_usd=0 must be positive.*\[constraints\]\.budget_usd"):
         AlertPolicy(AlertsConfig(), run_name="r", budget_usd=0)
+
+
+def test_a_term_bought_at_provisioning_counts_towards_the_thresholds(tmp_path):
+    ledger, sink = Ledger(tmp_path), RecordingSink()
+    ledger.buy_term(SPOT, "reserved_1y", term_usd=450.0, nodes=2, launch_id="launch-1", at=T0)
+    assert [a.key for a in dispatch(policy(), ledger, sink, now=T0)] == ["actual-0.8"]
+    assert sink.alerts[0].spent_usd == pytest.approx(900.0)

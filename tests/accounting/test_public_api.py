@@ -11,7 +11,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 MODULES = {
-    "runtime.accounting.ledger": {"FILENAME", "Interval", "IntervalKey", "Ledger", "LedgerConflictError", "LedgerError",
+    "runtime.accounting.ledger": {"Charge", "FILENAME", "Interval", "IntervalKey", "Ledger", "LedgerConflictError", "LedgerError",
                        "LedgerSnapshot", "PoolSpend", "spend_curve"},
     "runtime.accounting.forecast": {"CapDecision", "Forecast", "cap_decision", "forecast"},
     "runtime.accounting.alerts": {"Alert", "AlertConfigError", "AlertKind", "AlertPolicy", "AlertSink", "AlertsConfig",
