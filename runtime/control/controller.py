@@ -132,6 +132,9 @@ class Controller:
             state.origin + job.constraints.deadline_hours * 3600 if job.constraints.deadline_hours else None
         )
         self.expected_total_usd: float | None = None
+        # What a stop really takes on this machine, for the budget cap (see _heartbeat and _release).
+        self.stop_timings = forecast.StopTimings()
+        self._last_beat: float | None = None
 
     @classmethod
     def open(cls, run_dir: str | Path, *, tuning: Tuning = Tuning(),
@@ -362,9 +365,14 @@ class Controller:
             now = time.monotonic()
             if now - last_beat >= HEARTBEAT_S:
                 last_beat = now
-                if self._heartbeat(record, nodes) and stop_sent is None:
+                cap = self._heartbeat(record, nodes)
+                if cap is not None and cap.stop_now and stop_sent is None:
                     budget_stop = True
                     stop_sent = self._request("stop", "budget cap: checkpoint and stop before overspending")
+                elif cap is not None and budget_stop and cap.release_now:
+                    self.events.emit("budget_release", reason="the checkpoint did not commit in time: release "
+                                     "without it to stay under the budget", spent_usd=round(cap.spent_usd, 4))
+                    break
             if stop_sent is not None and self._worker_state(record.launch_id) == "preempted":
                 break  # the checkpoint is committed: release now rather than pay for the workers' teardown
             ended = any(st.state in (NodeState.EXITED, NodeState.RECLAIMED) for st in statuses)
@@ -418,8 +426,12 @@ class Controller:
         self.save()
         return True
 
-    def _heartbeat(self, record: LaunchRecord, nodes: list[Node]) -> bool:
-        """Bill the nodes up to now, send due alerts, refresh the display; True = stop for the budget."""
+    def _heartbeat(self, record: LaunchRecord, nodes: list[Node]) -> forecast.CapDecision | None:
+        """Bill the nodes up to now, send due alerts, refresh the display; the cap's decision (None: no budget)."""
+        beat = time.monotonic()
+        if self._last_beat is not None:
+            self.stop_timings.saw_gap((beat - self._last_beat) * self.state.time_scale / 3600)
+        self._last_beat = beat
         now = self.clock.now()
         for node in nodes:
             self.ledger.extend(IntervalKey(record.launch_id, node.id), until=now)
@@ -429,18 +441,20 @@ class Controller:
             self.on_progress(self._progress(record, fc))
         budget = self.job.constraints.budget_usd
         if budget is None:
-            return False
+            return None
         snap = self.ledger.snapshot(now=now)
+        timings, scale = self.stop_timings, self.state.time_scale
         cap = forecast.cap_decision(
             spent_usd=snap.total_usd, burn_usd_per_hour=snap.burn_usd_per_hour, budget_usd=budget,
-            checkpoint_hours=max(self.job.workload.checkpoint_gb / self.job.overheads.checkpoint_write_gbps / 3600,
-                                 HEARTBEAT_S * self.state.time_scale / 3600),
-            shutdown_hours=self.tuning.shutdown_timeout_s * self.state.time_scale / 3600,
-            check_interval_hours=HEARTBEAT_S * self.state.time_scale / 3600,
+            # Past the shutdown timeout the provider kills the workers, and so does the cap (release_now).
+            bound_hours=self.tuning.shutdown_timeout_s * scale / 3600,
+            heartbeat_gap_hours=max(timings.heartbeat_gap_hours, HEARTBEAT_S * scale / 3600),
+            stop_hours=timings.stop_hours, release_hours=timings.release_hours,
         )
         if cap.stop_now:
-            self.events.emit("budget_cap", reason=cap.reason, spent_usd=round(snap.total_usd, 4))
-        return cap.stop_now
+            self.events.emit("budget_cap", reason=cap.reason, spent_usd=round(snap.total_usd, 4),
+                             reserve_usd=round(cap.reserve_usd, 4), measured=cap.measured)
+        return cap
 
     def _forecast(self) -> forecast.Forecast | None:
         now = self.clock.now()
@@ -468,15 +482,33 @@ class Controller:
         """Terminate the launch's nodes and stop billing them (idempotent)."""
         if record.released_at is not None:
             return
+        self._measure_stop(record)
+        began = self.clock.now()
         self.provider.terminate(nodes, grace_s=self.tuning.shutdown_timeout_s)
         end = self.clock.now()
         for node in nodes:
             self._stop_billing(record, node, end, reason)
+        self.stop_timings.saw_release((end - began) / 3600)
+        self._last_beat = None  # the next launch's first heartbeat gap starts at its own first beat
         record.released_at = end
         self.state.active = False
         pool_id = record.pool_spec.pool_id
         self.state.pool_hours[pool_id] = self.state.pool_hours.get(pool_id, 0.0) + (end - record.provisioned_at) / 3600
         self.save()
+
+    def _measure_stop(self, record: LaunchRecord) -> None:
+        """How long this launch's honoured stop request took, from the request to the release (billed time)."""
+        control = self.work_dir / contract.CONTROL_FILE
+        status = self._status(record.launch_id)
+        try:
+            request = contract.read_request(control)
+            asked = control.stat().st_mtime
+        except (contract.ContractError, OSError):
+            return
+        if (request is None or request.action != "stop" or status is None or status.state != "preempted"
+                or status.request_id != request.id):
+            return
+        self.stop_timings.saw_stop(max(0.0, self.clock.now() - self.clock.sim(asked)) / 3600)
 
     def _stop_billing(self, record: LaunchRecord, node: Node, end: float, reason: str) -> None:
         key = IntervalKey(record.launch_id, node.id)
