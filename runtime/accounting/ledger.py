@@ -398,16 +398,17 @@ class Ledger:
             stored = _fetch_charge(db, key)
             if stored is not None:
                 return stored
-            (owned,) = db.execute(
-                "SELECT COALESCE(SUM(nodes), 0) FROM charges WHERE pool = ? AND purchase = ? AND key LIKE 'term:%'",
-                (pool, purchase),
-            ).fetchone()
-            extra = nodes - int(owned)
+            extra = nodes - _term_nodes(db, pool, purchase)
             if extra <= 0:
                 return None
             charge = _checked_charge(key, pool, purchase, term_usd * extra, at, extra, launch_id,
                                      f"{extra} node(s) of the {purchase} term at ${term_usd:,.2f} each")
             return _insert_charge(db, charge)
+
+    def term_nodes(self, pool: str, purchase: str) -> int:
+        """How many nodes of ``(pool, purchase)`` this run has bought a term for (what a plan need not buy again)."""
+        with self._transaction(write=False) as db:
+            return _term_nodes(db, pool, purchase)
 
     def charges(self) -> list[Charge]:
         """Every one-time charge, oldest first."""
@@ -582,6 +583,14 @@ def _group_by_pool(intervals: Iterable[Interval], charges: Iterable[Charge], now
         groups[(c.pool, c.purchase)] = (hours, usd + c.usd, charged + c.usd)
     spends = [PoolSpend(pool, purchase, h, u, c) for (pool, purchase), (h, u, c) in groups.items()]
     return sorted(spends, key=lambda s: (-s.usd, s.pool, s.purchase))
+
+
+def _term_nodes(db: sqlite3.Connection, pool: str, purchase: str) -> int:
+    (owned,) = db.execute(
+        "SELECT COALESCE(SUM(nodes), 0) FROM charges WHERE pool = ? AND purchase = ? AND key LIKE 'term:%'",
+        (pool, purchase),
+    ).fetchone()
+    return int(owned)
 
 
 def _row_to_charge(row: tuple) -> Charge:

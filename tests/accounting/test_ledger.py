@@ -235,6 +235,7 @@ def test_a_term_is_charged_once_in_full_and_counts_everywhere(tmp_path):
     third = ledger.buy_term(TERM, "reserved_1y", term_usd=1000.0, nodes=3, launch_id="launch-3", at=T0 + 3 * HOUR)
     assert third is not None and (third.usd, third.nodes) == (1000.0, 1)
     assert [c.key for c in ledger.charges()] == [bought.key, third.key]
+    assert (ledger.term_nodes(TERM, "reserved_1y"), ledger.term_nodes(TERM, "reserved_3y")) == (3, 0)
 
     assert ledger.total_usd() == pytest.approx(3000.0)
     assert ledger.by_pool() == [PoolSpend(TERM, "reserved_1y", pytest.approx(4.0), 3000.0, 3000.0)]
