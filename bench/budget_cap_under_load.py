@@ -29,8 +29,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.run.helpers import digits_entrypoint, write_catalog, write_job  # noqa: E402  (the test's own job)
-from tests.run.test_run_budget import BUDGET, SPEED, STEPS  # noqa: E402
+from tests.run.helpers import digits_entrypoint, write_catalog, write_job  # the test's own job
+from tests.run.test_run_budget import BUDGET, SPEED, STEPS
 
 TIME_SCALE = 30
 
@@ -57,7 +57,7 @@ def one_run(workdir: Path, budget_usd: float, steps: int) -> dict:
     proc = subprocess.run([sys.executable, "-c", "import sys; from planner.cli import main; sys.exit(main())",
                            "run", str(job), "--catalog", str(catalog), "--run-dir", str(run_dir),
                            "--time-scale", str(TIME_SCALE)],
-                          env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
+                          env=env, cwd=REPO, capture_output=True, text=True, timeout=900, check=False)
     wall = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     summary_path = run_dir / "summary.json"
@@ -111,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             if not args.json:
                 spent = f"{run['spent_usd']:.4f}" if run["spent_usd"] is not None else "-"
                 over = f"{run['over_usd']:.4f}" if run["over_usd"] is not None else "-"
-                print(f"{i:>3} {str(run['status']):<11} {spent:>8} {run['budget_usd']:>8.4f} {over:>8} "
-                      f"{str(run['steps']):>5} {run['cpu_s']:>6} {run['wall_s']:>6}  "
+                print(f"{i:>3} {run['status']!s:<11} {spent:>8} {run['budget_usd']:>8.4f} {over:>8} "
+                      f"{run['steps']!s:>5} {run['cpu_s']:>6} {run['wall_s']:>6}  "
                       f"{' '.join(map(str, run['load_avg']))}" + ("" if held(run) else "  <-- FAILED"), flush=True)
                 if run["stderr_tail"]:
                     print("    " + run["stderr_tail"].replace("\n", "\n    "))

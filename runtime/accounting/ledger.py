@@ -47,8 +47,8 @@ from pricing.pool import PURCHASES
 from runtime.errors import RuntimeFailure
 
 __all__ = [
-    "Charge",
     "FILENAME",
+    "Charge",
     "Interval",
     "IntervalKey",
     "Ledger",

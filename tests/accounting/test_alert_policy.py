@@ -189,8 +189,9 @@ def test_going_on_with_a_late_plan_alerts_once_with_the_expected_end_and_the_dea
     assert alert.key == "deadline-missed" and alert.kind is AlertKind.DEADLINE_MISSED and alert.late == late
     assert alert.headline == ("the deadline will be missed: the plan ends 2026-11-30 10:53 UTC, "
                               "2.0 h after the deadline 2026-11-30 08:53 UTC")
-    assert ("Plan ends", "2026-11-30 10:53 UTC (2.0 h after the deadline 2026-11-30 08:53 UTC): "
-                         "no pool meets the deadline") in body_lines(alert)
+    row = ("Plan ends", ("2026-11-30 10:53 UTC (2.0 h after the deadline 2026-11-30 08:53 UTC): "
+                         "no pool meets the deadline"))
+    assert row in body_lines(alert)
     # A later late re-plan, or the same one after a resume, sends nothing more.
     later = LatePlan(expected_end=T0 + 12 * HOUR, deadline_at=T0 + 8 * HOUR)
     assert dispatch(pol, ledger, sink, fc, [later], now=T0 + HOUR) == []
