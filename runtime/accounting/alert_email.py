@@ -84,6 +84,10 @@ def body_lines(alert: Alert) -> list[tuple[str, str]]:
     if alert.replan is not None:
         rows.append(("Re-plan", f"{_usd(alert.replan.previous_total_usd)} -> {_usd(alert.replan.new_total_usd)}"
                                 + (f" ({alert.replan.reason})" if alert.replan.reason else "")))
+    if alert.late is not None:
+        rows.append(("Plan ends", f"{_when(alert.late.expected_end)} ({alert.late.hours_late:,.1f} h after "
+                                  f"the deadline {_when(alert.late.deadline_at)})"
+                                  + (f": {alert.late.reason}" if alert.late.reason else "")))
     if alert.ended is not None:
         rows.extend(_ending_rows(alert))
     return rows
@@ -124,7 +128,8 @@ def _html(alert: Alert, lines: list[tuple[str, str]], cid: str | None) -> str:
     pool_table = (f"<h3>Spend by pool</h3><table cellpadding=\"4\"><tr><th>Pool</th><th>Purchase</th>"
                   f"<th>Node-hours</th><th>USD</th></tr>{pools}</table>" if pools else "")
     img = (f"<p><img src=\"cid:{cid[1:-1]}\" alt=\"Spend over time\" width=\"600\"></p>" if cid else "")
-    colour = "#b00020" if alert.kind in (AlertKind.ACTUAL, AlertKind.DEADLINE_AT_RISK) else "#333333"
+    urgent = (AlertKind.ACTUAL, AlertKind.DEADLINE_AT_RISK, AlertKind.DEADLINE_MISSED)
+    colour = "#b00020" if alert.kind in urgent else "#333333"
     return (f"<html><body style=\"font-family: sans-serif\">"
             f"<h2 style=\"color: {colour}\">{esc(alert.run_name)}: {esc(alert.headline)}</h2>"
             f"<table cellpadding=\"4\">{rows}</table>{img}{pool_table}"

@@ -3,7 +3,8 @@
 Like AWS Budgets, thresholds are fractions of ``budget_usd`` checked against two figures:
 *actual* spend (from the ledger) and *forecast* spend (spend to date plus the remaining
 work under the current plan).  Besides thresholds the policy alerts when a re-plan
-raises the expected cost, when the deadline is at risk, and when the run ends.
+raises the expected cost, when the deadline is at risk, when the controller goes on with
+a plan that will miss the deadline (:class:`LatePlan`, once per run), and when the run ends.
 
 A timeline with ``budget_usd = 1000`` and the default thresholds ``[0.5, 0.8, 1.0]``::
 
@@ -45,6 +46,7 @@ __all__ = [
     "AlertsConfig",
     "DEFAULT_THRESHOLDS",
     "Event",
+    "LatePlan",
     "Replanned",
     "RunEnded",
     "RunOutcome",
@@ -160,6 +162,7 @@ class AlertKind(str, Enum):
     FORECAST = "forecast"
     REPLAN_COST_UP = "replan"
     DEADLINE_AT_RISK = "deadline"
+    DEADLINE_MISSED = "deadline-missed"
     RUN_ENDED = "run-ended"
 
 
@@ -191,7 +194,21 @@ class RunEnded:
     detail: str = ""
 
 
-Event = Replanned | RunEnded
+@dataclass(frozen=True, slots=True)
+class LatePlan:
+    """Event: the controller goes on with a plan that ends at ``expected_end``, after
+    ``deadline_at`` (both POSIX seconds); ``reason`` says why no plan meets it."""
+
+    expected_end: float
+    deadline_at: float
+    reason: str = ""
+
+    @property
+    def hours_late(self) -> float:
+        return (self.expected_end - self.deadline_at) / 3600.0
+
+
+Event = Replanned | RunEnded | LatePlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +227,7 @@ class Alert:
     covers: tuple[str, ...] = ()
     replan: Replanned | None = None
     ended: RunEnded | None = None
+    late: LatePlan | None = None
     thresholds: tuple[float, ...] = field(default=DEFAULT_THRESHOLDS)
 
     @property
@@ -261,6 +279,13 @@ class AlertPolicy:
         add(self._threshold_alert(AlertKind.ACTUAL, snapshot.total_usd, snapshot, forecast, sent))
         if forecast is not None:
             add(self._threshold_alert(AlertKind.FORECAST, forecast.total_usd, snapshot, forecast, sent))
+        for event in events:
+            if isinstance(event, LatePlan):
+                # Once per run: a later re-plan that is late again is not news; the run-end alert says how it went.
+                add(self._alert(AlertKind.DEADLINE_MISSED, "deadline-missed", snapshot, forecast,
+                                f"the deadline will be missed: the plan ends {_utc(event.expected_end)}, "
+                                f"{event.hours_late:.1f} h after the deadline {_utc(event.deadline_at)}",
+                                late=event, covers=("deadline-missed", "deadline-at-risk")))
         ended = [event for event in events if isinstance(event, RunEnded)]
         if forecast is not None and forecast.deadline_at_risk and not ended:
             add(self._alert(AlertKind.DEADLINE_AT_RISK, "deadline-at-risk", snapshot, forecast,
@@ -304,6 +329,10 @@ class AlertPolicy:
                     f"${event.previous_total_usd:,.2f} -> ${event.new_total_usd:,.2f}")
         return self._alert(AlertKind.REPLAN_COST_UP, f"replan-{event.replan_id}", snapshot, forecast, headline,
                            replan=event)
+
+
+def _utc(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
 
 
 def _threshold_key(kind: AlertKind, threshold: float) -> str:

@@ -6,11 +6,13 @@ every re-plan and periodically as work gets done; it knows nothing of the planne
 types, only hours and dollars.
 
 :func:`cap_decision` answers "must the run checkpoint and stop *now* to stay under
-``budget_usd``?".  It keeps back enough money for one more control interval, one
-checkpoint and the shutdown, at the current burn rate::
+``budget_usd``?".  It keeps back enough money, at the current burn rate, for what a stop
+takes as *measured* in this run -- the longest gap between heartbeats, the longest a stop
+request took to reach a committed checkpoint, the longest a release took -- and, for what
+has not been measured yet, the bound after which the controller kills the workers::
 
-    spent $4,900, burning $60/h, checkpoint 0.25 h, shutdown 5 min, checks every minute
-    reserve = 60 * (1/60 + 0.25 + 5/60) = $21.00
+    spent $4,900, burning $60/h, heartbeats 1 min apart, stop 15 min, release 5 min (measured)
+    reserve = 60 * (1/60 + 15/60 + 5/60) = $21.00
     stop now?  4,900 + 21 >= 5,000  ->  no; must stop within (5,000 - 4,921) / 60 = 1.3 h
 """
 
@@ -20,7 +22,7 @@ import math
 import time
 from dataclasses import dataclass
 
-__all__ = ["CapDecision", "Forecast", "cap_decision", "forecast"]
+__all__ = ["CapDecision", "Forecast", "StopTimings", "cap_decision", "forecast"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,64 +113,108 @@ def forecast(
 
 @dataclass(frozen=True, slots=True)
 class CapDecision:
-    """Whether the run must checkpoint and stop now, and the figures behind the answer.
+    """Whether the run must checkpoint and stop now -- or, with a stop under way, release
+    now -- and the figures behind the answer.
 
-    ``reserve_usd`` is kept back for the next control interval, one checkpoint and the
-    shutdown; ``headroom_usd`` is what is left of the budget after spend and reserve
-    (negative once the run must stop); ``hours_until_stop`` is how long the current burn
-    rate can go on before that point (``None`` when nothing is burning).
+    ``reserve_usd`` is kept back for the next heartbeat gap, the stop (request to
+    committed checkpoint) and the release; ``headroom_usd`` is what is left of the budget
+    after spend and reserve (negative once the run must stop); ``hours_until_stop`` is how
+    long the current burn rate can go on before that point (``None`` when nothing is
+    burning).  ``release_now``: even without waiting for a checkpoint, one more heartbeat
+    gap and the release would take the spend past the budget, so a stop that has not
+    committed its checkpoint yet must give up on it and release the nodes.
+    ``stop_hours``/``release_hours`` are the durations the reserve was sized with, and
+    ``measured`` says whether they came from measurements or from the enforced bound.
     """
 
     stop_now: bool
+    release_now: bool
     spent_usd: float
     budget_usd: float
     burn_usd_per_hour: float
     reserve_usd: float
     headroom_usd: float
     hours_until_stop: float | None
+    gap_hours: float
+    stop_hours: float
+    release_hours: float
+    measured: bool
     reason: str
+
+
+@dataclass(slots=True)
+class StopTimings:
+    """The longest durations seen so far in a run (simulated hours), for :func:`cap_decision`.
+
+    ``None`` until first measured: the cap then assumes the controller's bound.
+    """
+
+    heartbeat_gap_hours: float = 0.0
+    stop_hours: float | None = None
+    release_hours: float | None = None
+
+    def saw_gap(self, hours: float) -> None:
+        self.heartbeat_gap_hours = max(self.heartbeat_gap_hours, hours)
+
+    def saw_stop(self, hours: float) -> None:
+        self.stop_hours = hours if self.stop_hours is None else max(self.stop_hours, hours)
+
+    def saw_release(self, hours: float) -> None:
+        self.release_hours = hours if self.release_hours is None else max(self.release_hours, hours)
 
 
 def cap_decision(
     *,
     spent_usd: float,
     burn_usd_per_hour: float,
-    checkpoint_hours: float,
     budget_usd: float,
-    shutdown_hours: float = 5 / 60,
-    check_interval_hours: float = 1 / 60,
+    bound_hours: float,
+    heartbeat_gap_hours: float,
+    stop_hours: float | None = None,
+    release_hours: float | None = None,
 ) -> CapDecision:
     """Say whether the run must checkpoint and stop now to stay under ``budget_usd``.
 
-    The run must stop when waiting one more ``check_interval_hours`` would leave too
-    little budget to write one checkpoint (``checkpoint_hours``) and shut the nodes down
-    (``shutdown_hours``) at the current burn rate, so the stop happens *before* the
-    budget is reached, never after.
+    A stop costs, at the current burn rate, the time until the next heartbeat sees the
+    spend (``heartbeat_gap_hours``, the longest gap measured between heartbeats), the time
+    from the stop request to a committed checkpoint (``stop_hours``) and the time the
+    release takes (``release_hours``).  Pass the longest of each measured so far in this
+    run; one not yet measured (``None``) costs ``bound_hours``, the most the controller lets
+    it take before it kills the workers.  The run must stop when waiting longer would leave
+    too little budget for all three, so the stop happens *before* the budget is reached.
 
     Raises:
         ValueError: a figure is negative or not finite, or ``budget_usd`` is not positive.
     """
-    _require_non_negative(spent_usd=spent_usd, burn_usd_per_hour=burn_usd_per_hour,
-                          checkpoint_hours=checkpoint_hours, shutdown_hours=shutdown_hours,
-                          check_interval_hours=check_interval_hours, budget_usd=budget_usd)
+    _require_non_negative(spent_usd=spent_usd, burn_usd_per_hour=burn_usd_per_hour, bound_hours=bound_hours,
+                          heartbeat_gap_hours=heartbeat_gap_hours, budget_usd=budget_usd)
+    _require_non_negative(**{name: value for name, value in (("stop_hours", stop_hours),
+                                                              ("release_hours", release_hours)) if value is not None})
     if budget_usd <= 0:
         raise ValueError(f"budget_usd={budget_usd!r} must be positive for a hard cap")
-    reserve = burn_usd_per_hour * (check_interval_hours + checkpoint_hours + shutdown_hours)
+    measured = stop_hours is not None and release_hours is not None
+    stop = bound_hours if stop_hours is None else stop_hours
+    release = bound_hours if release_hours is None else release_hours
+    reserve = burn_usd_per_hour * (heartbeat_gap_hours + stop + release)
     headroom = budget_usd - spent_usd - reserve
-    stop = headroom <= 0
+    stop_now = headroom <= 0
+    release_now = spent_usd + burn_usd_per_hour * (heartbeat_gap_hours + release) >= budget_usd
     until = None if burn_usd_per_hour == 0 else max(0.0, headroom / burn_usd_per_hour)
+    basis = "measured" if measured else f"the {bound_hours * 60:.1f} min bound where not yet measured"
     if spent_usd >= budget_usd:
         reason = f"spent ${spent_usd:,.2f} has reached the budget ${budget_usd:,.2f}"
-    elif stop:
-        reason = (f"spent ${spent_usd:,.2f} + ${reserve:,.2f} for the next check, one checkpoint and "
-                  f"shutdown at ${burn_usd_per_hour:,.2f}/h would exceed the budget ${budget_usd:,.2f}")
+    elif stop_now:
+        reason = (f"spent ${spent_usd:,.2f} + ${reserve:,.2f} for the next heartbeat, the stop and the release "
+                  f"({(heartbeat_gap_hours + stop + release) * 60:.1f} min at ${burn_usd_per_hour:,.2f}/h, "
+                  f"{basis}) would exceed the budget ${budget_usd:,.2f}")
     elif until is None:
         reason = "nothing is being billed"
     else:
         reason = f"${headroom:,.2f} of headroom: {until:.2f} h at ${burn_usd_per_hour:,.2f}/h before a stop"
-    return CapDecision(stop_now=stop, spent_usd=float(spent_usd), budget_usd=float(budget_usd),
-                       burn_usd_per_hour=float(burn_usd_per_hour), reserve_usd=reserve,
-                       headroom_usd=headroom, hours_until_stop=until, reason=reason)
+    return CapDecision(stop_now=stop_now, release_now=release_now, spent_usd=float(spent_usd),
+                       budget_usd=float(budget_usd), burn_usd_per_hour=float(burn_usd_per_hour), reserve_usd=reserve,
+                       headroom_usd=headroom, hours_until_stop=until, gap_hours=float(heartbeat_gap_hours),
+                       stop_hours=float(stop), release_hours=float(release), measured=measured, reason=reason)
 
 
 def _require_non_negative(**figures: float) -> None:

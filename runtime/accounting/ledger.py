@@ -17,6 +17,15 @@ transaction, so a controller that was SIGKILLed can replay what it knows after
 An open interval is billed up to its last heartbeat (``billed_until``); pass ``now`` to
 the totals to count it up to the present instead.  Timestamps are POSIX seconds (UTC).
 
+Held capacity (``purchase="reserved_held"``) is billed at $0/h but recorded like any other
+interval, so its node-hours show in :meth:`Ledger.by_pool`.  A reserved term bought for
+the run is a one-time *charge* (:meth:`Ledger.charge`, or :meth:`Ledger.buy_term` which
+charges only the nodes not bought yet); charges are keyed like intervals, so a replay
+never charges twice, and they count in every total, the curve and the snapshot::
+
+    ledger.buy_term("aws:us-east-1:p4d.24xlarge", "reserved_1y", term_usd=98_000.0,
+                    nodes=2, launch_id="launch-1", at=t0)   # $196,000 once, whatever replays
+
 The database uses WAL with ``synchronous=FULL``, so a commit is on disk (fsync'd)
 before a call returns, and readers (``planner status``) never block the controller.
 Which alerts were sent is kept here too, so a resumed run does not send them again.
@@ -34,11 +43,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pricing.pool import PURCHASES as PURCHASE_OPTIONS  # held capacity is billed too, at $0
+from pricing.pool import PURCHASES
 from runtime.errors import RuntimeFailure
 
 __all__ = [
     "FILENAME",
+    "Charge",
     "Interval",
     "IntervalKey",
     "Ledger",
@@ -52,7 +62,8 @@ __all__ = [
 FILENAME = "ledger.sqlite"
 """Name of the ledger database inside a run directory."""
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: intervals and alerts; 2: one-time charges (a version-1 file gains the table on open)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS intervals (
@@ -70,6 +81,16 @@ CREATE TABLE IF NOT EXISTS intervals (
     close_reason TEXT,
     PRIMARY KEY (launch_id, node, segment)
 );
+CREATE TABLE IF NOT EXISTS charges (
+    key       TEXT    PRIMARY KEY,
+    pool      TEXT    NOT NULL,
+    purchase  TEXT    NOT NULL,
+    nodes     INTEGER NOT NULL,
+    usd       REAL    NOT NULL,
+    at        REAL    NOT NULL,
+    launch_id TEXT,
+    reason    TEXT    NOT NULL
+);
 CREATE TABLE IF NOT EXISTS alerts_sent (
     key     TEXT PRIMARY KEY,
     kind    TEXT NOT NULL,
@@ -81,6 +102,9 @@ _COLUMNS = (
     'launch_id, node, segment, pool, purchase, hourly_usd, nodes, start, billed_until, "end", '
     "open_reason, close_reason"
 )
+
+
+_CHARGE_COLUMNS = "key, pool, purchase, nodes, usd, at, launch_id, reason"
 
 
 class LedgerError(RuntimeFailure):
@@ -137,13 +161,32 @@ class Interval:
 
 
 @dataclass(frozen=True, slots=True)
+class Charge:
+    """A one-time charge as stored: ``usd`` for ``nodes`` nodes of ``pool``, paid at ``at``."""
+
+    key: str
+    pool: str
+    purchase: str
+    nodes: int
+    usd: float
+    at: float
+    launch_id: str | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class PoolSpend:
-    """Spend in one pool with one purchase option, over every launch of the run."""
+    """Spend in one pool with one purchase option, over every launch of the run.
+
+    ``usd`` is everything the pool cost: its billed hours plus ``charged_usd``, the
+    one-time charges (reserved terms bought for the run).
+    """
 
     pool: str
     purchase: str
     node_hours: float
     usd: float
+    charged_usd: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +194,8 @@ class LedgerSnapshot:
     """Everything the alert policy and the alert emails need, read in one transaction.
 
     ``curve`` is cumulative spend over time, ``((t, usd), ...)``, one point per change
-    of burn rate; ``alerts_sent`` holds the keys of alerts already sent for this run.
+    of burn rate or charge; ``alerts_sent`` holds the keys of alerts already sent for
+    this run.  ``total_usd`` includes ``charged_usd``, the one-time charges.
     """
 
     taken_at: float
@@ -161,11 +205,15 @@ class LedgerSnapshot:
     burn_usd_per_hour: float
     curve: tuple[tuple[float, float], ...]
     alerts_sent: frozenset[str]
+    charged_usd: float = 0.0
 
 
-def spend_curve(intervals: Iterable[Interval], now: float | None = None) -> list[tuple[float, float]]:
-    """Cumulative spend at every time the burn rate changes (a sweep over starts and ends)."""
+def spend_curve(intervals: Iterable[Interval], now: float | None = None,
+                charges: Iterable[Charge] = ()) -> list[tuple[float, float]]:
+    """Cumulative spend at every time the burn rate changes (a sweep over starts and ends);
+    a charge is a step up at its time."""
     changes: dict[float, float] = {}
+    steps: dict[float, float] = {}
     for iv in intervals:
         end = iv.billed_end(now)
         if end <= iv.start:
@@ -173,12 +221,15 @@ def spend_curve(intervals: Iterable[Interval], now: float | None = None) -> list
         rate = iv.hourly_usd * iv.nodes / 3600.0
         changes[iv.start] = changes.get(iv.start, 0.0) + rate
         changes[end] = changes.get(end, 0.0) - rate
+    for charge in charges:
+        steps[charge.at] = steps.get(charge.at, 0.0) + charge.usd
     points: list[tuple[float, float]] = []
     spent, rate, last = 0.0, 0.0, None
-    for t in sorted(changes):
+    for t in sorted(changes.keys() | steps.keys()):
         if last is not None:
             spent += rate * (t - last)
-        rate += changes[t]
+        rate += changes.get(t, 0.0)
+        spent += steps.get(t, 0.0)
         points.append((t, spent))
         last = t
     return points
@@ -315,6 +366,55 @@ class Ledger:
             _check_same(stored, pool, purchase, hourly_usd, nodes, start)
             return _close_open(db, stored, end, reason)
 
+    # -- one-time charges ------------------------------------------------------------
+
+    def charge(self, key: str, *, pool: str, purchase: str, usd: float, at: float | None = None, nodes: int = 1,
+               launch_id: str | None = None, reason: str) -> Charge:
+        """Charge ``usd`` once for ``nodes`` nodes of ``pool`` (e.g. a reserved term bought at ``at``).
+
+        Idempotent by ``key``: a replay with the same figures returns the stored charge;
+        one with other figures raises :class:`LedgerConflictError` and charges nothing.
+        """
+        at = self._clock() if at is None else at
+        charge = _checked_charge(key, pool, purchase, usd, at, nodes, launch_id, reason)
+        with self._transaction(write=True) as db:
+            return _insert_charge(db, charge)
+
+    def buy_term(self, pool: str, purchase: str, *, term_usd: float, nodes: int, launch_id: str,
+                 at: float | None = None) -> Charge | None:
+        """Charge the whole term (``term_usd`` per node) for the nodes of ``(pool, purchase)``
+        this run has not bought yet; None when it already owns ``nodes`` of them.
+
+        A term once bought serves every later launch on the same pool, so only a launch
+        with more nodes than the run owns pays, and only for the extra ones.  The check and
+        the charge are one transaction keyed by ``(pool, purchase, launch_id)``: a resumed
+        controller that replays the launch pays nothing more.
+        """
+        at = self._clock() if at is None else at
+        if not isinstance(nodes, int) or nodes < 1:
+            raise LedgerError(f"term of {pool}: nodes={nodes!r} must be an integer >= 1")
+        key = f"term:{pool}:{purchase}:{launch_id}"
+        with self._transaction(write=True) as db:
+            stored = _fetch_charge(db, key)
+            if stored is not None:
+                return stored
+            extra = nodes - _term_nodes(db, pool, purchase)
+            if extra <= 0:
+                return None
+            charge = _checked_charge(key, pool, purchase, term_usd * extra, at, extra, launch_id,
+                                     f"{extra} node(s) of the {purchase} term at ${term_usd:,.2f} each")
+            return _insert_charge(db, charge)
+
+    def term_nodes(self, pool: str, purchase: str) -> int:
+        """How many nodes of ``(pool, purchase)`` this run has bought a term for (what a plan need not buy again)."""
+        with self._transaction(write=False) as db:
+            return _term_nodes(db, pool, purchase)
+
+    def charges(self) -> list[Charge]:
+        """Every one-time charge, oldest first."""
+        with self._transaction(write=False) as db:
+            return _all_charges(db)
+
     # -- reading ---------------------------------------------------------------------
 
     def get(self, key: IntervalKey) -> Interval | None:
@@ -331,36 +431,47 @@ class Ledger:
         return [iv for iv in self.intervals() if iv.is_open]
 
     def total_usd(self, now: float | None = None) -> float:
-        """Spend of the whole run, over every launch and recovery."""
-        return sum(iv.cost_usd(now) for iv in self.intervals())
+        """Spend of the whole run, over every launch and recovery, one-time charges included."""
+        intervals, charges = self._everything()
+        return _total(intervals, charges, now)
 
     def by_pool(self, now: float | None = None) -> list[PoolSpend]:
         """Spend per (pool, purchase option), largest first."""
-        return list(_group_by_pool(self.intervals(), now))
+        return list(_group_by_pool(*self._everything(), now))
 
     def by_launch(self, now: float | None = None) -> dict[str, float]:
-        """Spend per launch id, in the order the launches started."""
+        """Spend per launch id, in the order the launches started (a term counts for the launch that bought it)."""
+        intervals, charges = self._everything()
         totals: dict[str, float] = {}
-        for iv in self.intervals():
+        for iv in intervals:
             totals[iv.key.launch_id] = totals.get(iv.key.launch_id, 0.0) + iv.cost_usd(now)
+        for charge in charges:
+            if charge.launch_id is not None:
+                totals[charge.launch_id] = totals.get(charge.launch_id, 0.0) + charge.usd
         return totals
 
     def snapshot(self, now: float | None = None) -> LedgerSnapshot:
         """Totals, the spend curve and the sent-alert keys, all from one read transaction."""
         with self._transaction(write=False) as db:
             intervals = _all(db)
+            charges = _all_charges(db)
             sent = frozenset(row[0] for row in db.execute("SELECT key FROM alerts_sent"))
         taken_at = self._clock() if now is None else now
         open_ivs = [iv for iv in intervals if iv.is_open]
         return LedgerSnapshot(
             taken_at=taken_at,
-            total_usd=sum(iv.cost_usd(now) for iv in intervals),
-            by_pool=tuple(_group_by_pool(intervals, now)),
+            total_usd=_total(intervals, charges, now),
+            by_pool=tuple(_group_by_pool(intervals, charges, now)),
             open_intervals=len(open_ivs),
             burn_usd_per_hour=sum(iv.hourly_usd * iv.nodes for iv in open_ivs),
-            curve=tuple(spend_curve(intervals, now)),
+            curve=tuple(spend_curve(intervals, now, charges)),
             alerts_sent=sent,
+            charged_usd=sum(c.usd for c in charges),
         )
+
+    def _everything(self) -> tuple[list[Interval], list[Charge]]:
+        with self._transaction(write=False) as db:
+            return _all(db), _all_charges(db)
 
     # -- alert bookkeeping -----------------------------------------------------------
 
@@ -458,13 +569,77 @@ def _all(db: sqlite3.Connection) -> list[Interval]:
     return [_row_to_interval(row) for row in rows]
 
 
-def _group_by_pool(intervals: Iterable[Interval], now: float | None) -> list[PoolSpend]:
-    groups: dict[tuple[str, str], tuple[float, float]] = {}
+def _total(intervals: Iterable[Interval], charges: Iterable[Charge], now: float | None) -> float:
+    return sum(iv.cost_usd(now) for iv in intervals) + sum(c.usd for c in charges)
+
+
+def _group_by_pool(intervals: Iterable[Interval], charges: Iterable[Charge], now: float | None) -> list[PoolSpend]:
+    groups: dict[tuple[str, str], tuple[float, float, float]] = {}
     for iv in intervals:
-        hours, usd = groups.get((iv.pool, iv.purchase), (0.0, 0.0))
-        groups[(iv.pool, iv.purchase)] = (hours + iv.node_hours(now), usd + iv.cost_usd(now))
-    spends = [PoolSpend(pool, purchase, h, u) for (pool, purchase), (h, u) in groups.items()]
+        hours, usd, charged = groups.get((iv.pool, iv.purchase), (0.0, 0.0, 0.0))
+        groups[(iv.pool, iv.purchase)] = (hours + iv.node_hours(now), usd + iv.cost_usd(now), charged)
+    for c in charges:
+        hours, usd, charged = groups.get((c.pool, c.purchase), (0.0, 0.0, 0.0))
+        groups[(c.pool, c.purchase)] = (hours, usd + c.usd, charged + c.usd)
+    spends = [PoolSpend(pool, purchase, h, u, c) for (pool, purchase), (h, u, c) in groups.items()]
     return sorted(spends, key=lambda s: (-s.usd, s.pool, s.purchase))
+
+
+def _term_nodes(db: sqlite3.Connection, pool: str, purchase: str) -> int:
+    (owned,) = db.execute(
+        "SELECT COALESCE(SUM(nodes), 0) FROM charges WHERE pool = ? AND purchase = ? AND key LIKE 'term:%'",
+        (pool, purchase),
+    ).fetchone()
+    return int(owned)
+
+
+def _row_to_charge(row: tuple) -> Charge:
+    return Charge(*row)
+
+
+def _fetch_charge(db: sqlite3.Connection, key: str) -> Charge | None:
+    row = db.execute(f"SELECT {_CHARGE_COLUMNS} FROM charges WHERE key = ?", (key,)).fetchone()
+    return None if row is None else _row_to_charge(row)
+
+
+def _all_charges(db: sqlite3.Connection) -> list[Charge]:
+    return [_row_to_charge(row) for row in db.execute(f"SELECT {_CHARGE_COLUMNS} FROM charges ORDER BY at, key")]
+
+
+def _insert_charge(db: sqlite3.Connection, charge: Charge) -> Charge:
+    stored = _fetch_charge(db, charge.key)
+    if stored is None:
+        db.execute(f"INSERT INTO charges ({_CHARGE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?)",
+                   (charge.key, charge.pool, charge.purchase, charge.nodes, charge.usd, charge.at,
+                    charge.launch_id, charge.reason))
+        return charge
+    differ = [f"{name} {getattr(stored, name)!r} != {getattr(charge, name)!r}"
+              for name in ("pool", "purchase", "nodes", "usd", "at", "launch_id")
+              if getattr(stored, name) != getattr(charge, name)]
+    if differ:
+        raise LedgerConflictError(f"charge {charge.key!r} is already recorded with other values "
+                                  f"({'; '.join(differ)}); a new charge needs a new key")
+    return stored
+
+
+def _checked_charge(key: str, pool: str, purchase: str, usd: float, at: float, nodes: int,
+                    launch_id: str | None, reason: str) -> Charge:
+    if not isinstance(key, str) or not key:
+        raise LedgerError(f"charge key={key!r} must be a non-empty string such as 'term:<pool>:<purchase>:<launch>'")
+    if not pool:
+        raise LedgerError(f"charge {key!r}: pool must be a non-empty string such as 'aws:us-east-1:p4d.24xlarge'")
+    _check_purchase(f"charge {key!r}", purchase)
+    if not isinstance(usd, (int, float)) or not math.isfinite(usd) or usd < 0:
+        raise LedgerError(f"charge {key!r}: usd={usd!r} must be a finite amount >= 0")
+    if not isinstance(nodes, int) or nodes < 1:
+        raise LedgerError(f"charge {key!r}: nodes={nodes!r} must be an integer >= 1")
+    _check_time("at", at)
+    return Charge(key, pool, purchase, nodes, float(usd), float(at), launch_id, reason)
+
+
+def _check_purchase(what: str, purchase: str) -> None:
+    if purchase not in PURCHASES:
+        raise LedgerError(f"{what}: purchase={purchase!r} is not one of {', '.join(PURCHASES)}")
 
 
 def _check_time(name: str, value: float) -> None:
@@ -480,8 +655,7 @@ def _check_interval(key: IntervalKey, pool: str, purchase: str, hourly_usd: floa
         raise LedgerError(f"interval {key}: launch_id and node must be non-empty strings")
     if not pool:
         raise LedgerError(f"interval {key}: pool must be a non-empty string such as 'aws:us-east-1:p4d.24xlarge'")
-    if purchase not in PURCHASE_OPTIONS:
-        raise LedgerError(f"interval {key}: purchase={purchase!r} is not one of {', '.join(PURCHASE_OPTIONS)}")
+    _check_purchase(f"interval {key}", purchase)
     if not isinstance(hourly_usd, (int, float)) or not math.isfinite(hourly_usd) or hourly_usd < 0:
         raise LedgerError(f"interval {key}: hourly_usd={hourly_usd!r} must be a finite price >= 0 (USD per node-hour)")
     if not isinstance(nodes, int) or nodes < 1:

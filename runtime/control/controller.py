@@ -123,6 +123,7 @@ class _LaunchEnd:
     reason: str
     budget_stop: bool = False
     no_capacity: bool = False
+    checkpoint_kept: bool = True
 
 
 class Controller:
@@ -158,6 +159,9 @@ class Controller:
             state.origin + job.constraints.deadline_hours * 3600 if job.constraints.deadline_hours else None
         )
         self.expected_total_usd: float | None = None
+        # What a stop really takes on this machine, for the budget cap (see _heartbeat and _release).
+        self.stop_timings = forecast.StopTimings()
+        self._last_beat: float | None = None
 
     @classmethod
     def open(cls, run_dir: str | Path, *, tuning: Tuning = Tuning(),
@@ -357,13 +361,10 @@ class Controller:
         if stop:
             self._finish("infeasible", f"{result.note}; [run].on_deadline_miss = \"stop\"")
             return True
-        # Until accounting has an alert of its own for this, a re-plan alert carries it: previous
-        # total 0 makes sure it goes out whatever the cost did.
         now = self.clock.now()
-        expected = self.ledger.total_usd(now) + result.plan.expected_cost_usd
-        notice = alerts.Replanned(f"deadline-miss-{self.state.replans + 1}", 0.0, expected,
-                                  f"deadline miss: {result.note}")
-        alerts.dispatch(self.alert_policy, self.ledger, self.outbox, self._forecast(), [notice], now=now)
+        if self.deadline_at is not None:
+            late = alerts.LatePlan(now + result.plan.expected_hours * 3600, self.deadline_at, result.note)
+            alerts.dispatch(self.alert_policy, self.ledger, self.outbox, self._forecast(), [late], now=now)
         return False
 
     # -- launching ------------------------------------------------------------------------
@@ -385,6 +386,9 @@ class Controller:
         self.state.launches.append(record)
         self.state.active = True
         self.save()
+        if pool.term_usd > 0:  # a new reserved term: the whole term, once, for the nodes not bought yet
+            self.ledger.buy_term(pool.id, pool.purchase, term_usd=pool.term_usd, nodes=count,
+                                 launch_id=launch_id, at=record.provisioned_at)
         for node in nodes:
             start = self.clock.sim(node.provisioned_at)
             self.ledger.open_interval(IntervalKey(launch_id, node.id), pool=pool.id, purchase=pool.purchase,
@@ -453,9 +457,14 @@ class Controller:
             now = self.clock.monotonic()
             if now - last_beat >= HEARTBEAT_S:
                 last_beat = now
-                if self._heartbeat(record, nodes) and stop_sent is None:
+                cap = self._heartbeat(record, nodes)
+                if cap is not None and cap.stop_now and stop_sent is None:
                     budget_stop = True
                     stop_sent = self._request("stop", "budget cap: checkpoint and stop before overspending")
+                elif cap is not None and budget_stop and cap.release_now:
+                    self.events.emit("budget_release", reason="the checkpoint did not commit in time: release "
+                                     "without it to stay under the budget", spent_usd=round(cap.spent_usd, 4))
+                    break
             if stop_sent is not None and self._worker_state(record.launch_id) == "preempted":
                 break  # the checkpoint is committed: release now rather than pay for the workers' teardown
             ended = any(st.state in (NodeState.EXITED, NodeState.RECLAIMED) for st in statuses)
@@ -502,8 +511,12 @@ class Controller:
                          elapsed_s=round(fired.elapsed_s, 3), reclaim_at=self.clock.sim(fired.reclaim_at))
         self.save()
 
-    def _heartbeat(self, record: LaunchRecord, nodes: list[Node]) -> bool:
-        """Bill the nodes up to now, send due alerts, refresh the display; True = stop for the budget."""
+    def _heartbeat(self, record: LaunchRecord, nodes: list[Node]) -> forecast.CapDecision | None:
+        """Bill the nodes up to now, send due alerts, refresh the display; the cap's decision (None: no budget)."""
+        beat = self.clock.monotonic()
+        if self._last_beat is not None:
+            self.stop_timings.saw_gap((beat - self._last_beat) * self.state.time_scale / 3600)
+        self._last_beat = beat
         now = self.clock.now()
         for node in nodes:
             self.ledger.extend(IntervalKey(record.launch_id, node.id), until=now)
@@ -513,18 +526,20 @@ class Controller:
             self.on_progress(self._progress(record, fc))
         budget = self.job.constraints.budget_usd
         if budget is None:
-            return False
+            return None
         snap = self.ledger.snapshot(now=now)
+        timings, scale = self.stop_timings, self.state.time_scale
         cap = forecast.cap_decision(
             spent_usd=snap.total_usd, burn_usd_per_hour=snap.burn_usd_per_hour, budget_usd=budget,
-            checkpoint_hours=max(self.job.workload.checkpoint_gb / self.job.overheads.checkpoint_write_gbps / 3600,
-                                 HEARTBEAT_S * self.state.time_scale / 3600),
-            shutdown_hours=self.tuning.shutdown_timeout_s * self.state.time_scale / 3600,
-            check_interval_hours=HEARTBEAT_S * self.state.time_scale / 3600,
+            # Past the shutdown timeout the provider kills the workers, and so does the cap (release_now).
+            bound_hours=self.tuning.shutdown_timeout_s * scale / 3600,
+            heartbeat_gap_hours=max(timings.heartbeat_gap_hours, HEARTBEAT_S * scale / 3600),
+            stop_hours=timings.stop_hours, release_hours=timings.release_hours,
         )
         if cap.stop_now:
-            self.events.emit("budget_cap", reason=cap.reason, spent_usd=round(snap.total_usd, 4))
-        return cap.stop_now
+            self.events.emit("budget_cap", reason=cap.reason, spent_usd=round(snap.total_usd, 4),
+                             reserve_usd=round(cap.reserve_usd, 4), measured=cap.measured)
+        return cap
 
     def _forecast(self) -> forecast.Forecast | None:
         now = self.clock.now()
@@ -533,8 +548,11 @@ class Controller:
             return None
         left = max(self.job.workload.amount - work_done_units(self.job, self.store), 0.0)
         hours = left / self.state.rate(self.job, pool, nodes)
+        # A term the plan will buy counts from the start, not from the first launch on it.
+        unbought = max(0, nodes - self.ledger.term_nodes(pool.id, pool.purchase)) * pool.term_usd
         return forecast.forecast(self.ledger.total_usd(now), hours, pool.hourly_usd * nodes, at=now,
-                                 budget_usd=self.job.constraints.budget_usd, deadline_at=self.deadline_at)
+                                 overhead_usd=unbought, budget_usd=self.job.constraints.budget_usd,
+                                 deadline_at=self.deadline_at)
 
     def _progress(self, record: LaunchRecord, fc: forecast.Forecast | None) -> Progress:
         return Progress(
@@ -551,15 +569,33 @@ class Controller:
         """Terminate the launch's nodes and stop billing them (idempotent)."""
         if record.released_at is not None:
             return
+        self._measure_stop(record)
+        began = self.clock.now()
         self.provider.terminate(nodes, grace_s=self.tuning.shutdown_timeout_s)
         end = self.clock.now()
         for node in nodes:
             self._stop_billing(record, node, end, reason)
+        self.stop_timings.saw_release((end - began) / 3600)
+        self._last_beat = None  # the next launch's first heartbeat gap starts at its own first beat
         record.released_at = end
         self.state.active = False
         pool_id = record.pool.id
         self.state.pool_hours[pool_id] = self.state.pool_hours.get(pool_id, 0.0) + (end - record.provisioned_at) / 3600
         self.save()
+
+    def _measure_stop(self, record: LaunchRecord) -> None:
+        """How long this launch's honoured stop request took, from the request to the release (billed time)."""
+        control = self.work_dir / contract.CONTROL_FILE
+        status = self._status(record.launch_id)
+        try:
+            request = contract.read_request(control)
+            asked = control.stat().st_mtime
+        except (contract.ContractError, OSError):
+            return
+        if (request is None or request.action != "stop" or status is None or status.state != "preempted"
+                or status.request_id != request.id):
+            return
+        self.stop_timings.saw_stop(max(0.0, self.clock.now() - self.clock.sim(asked)) / 3600)
 
     def _stop_billing(self, record: LaunchRecord, node: Node, end: float, reason: str) -> None:
         key = IntervalKey(record.launch_id, node.id)
@@ -599,7 +635,8 @@ class Controller:
         if outcome is contract.Outcome.PREEMPTED and not budget_stop:
             self.state.lost_steps += lost
         self.save()
-        return _LaunchEnd(outcome, reason, budget_stop=budget_stop)
+        kept = status is not None and status.state == "preempted"  # the stop's checkpoint committed
+        return _LaunchEnd(outcome, reason, budget_stop=budget_stop, checkpoint_kept=kept)
 
     def _estimate_step(self, record: LaunchRecord) -> int:
         """Where a killed launch had got to: training time times the measured speed."""
@@ -625,8 +662,11 @@ class Controller:
         if end.outcome is contract.Outcome.COMPLETED:
             self.state.steps = self.store.latest_step() or self.state.steps
             self._finish("completed")
-        elif end.budget_stop:
+        elif end.budget_stop and end.checkpoint_kept:
             self._finish("budget_cap", "stopped after a checkpoint before the budget was exceeded")
+        elif end.budget_stop:
+            self._finish("budget_cap", "stopped before the budget was exceeded; the stop's checkpoint did not "
+                                       f"commit in time, so the work since step {self.state.steps} is lost")
         elif end.outcome is contract.Outcome.PREEMPTED:
             self._preempted(self.state.launches[-1])
         else:

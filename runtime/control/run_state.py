@@ -438,7 +438,7 @@ def build_summary(state: RunState, job: JobSpec, ledger: Ledger, store: Checkpoi
     pools = [
         {"pool": spend.pool, "purchase": spend.purchase, "hours": round(hours_by_pool.get((spend.pool, spend.purchase),
                                                                                           0.0), 6),
-         "node_hours": spend.node_hours, "cost_usd": spend.usd}
+         "node_hours": spend.node_hours, "cost_usd": spend.usd, "charged_usd": spend.charged_usd}
         for spend in ledger.by_pool()
     ]
     latest = store.latest_step()

@@ -8,7 +8,7 @@ from runtime.accounting.alerts import Alert, AlertPolicy, AlertsConfig
 from runtime.accounting.forecast import forecast
 from runtime.accounting.ledger import IntervalKey, Ledger
 
-T0 = 1_796_000_000.0  # 2026-11-29 09:33:20 UTC
+T0 = 1_796_000_000.0  # 2026-11-30 00:53:20 UTC
 HOUR = 3600.0
 SPOT = "aws:us-east-1:p4d.24xlarge"
 ON_DEMAND = "aws:us-west-2:p4d.24xlarge"

@@ -65,8 +65,9 @@ def test_each_alert_arrives_exactly_once_with_its_figures(tmp_path, smtp_servers
     hours = 9.5
     while True:  # the hard cap, checked every minute
         _, fc = run.tick(hours)
-        decision = cap_decision(spent_usd=fc.spent_usd, burn_usd_per_hour=100.0, checkpoint_hours=CHECKPOINT_H,
-                                budget_usd=BUDGET, shutdown_hours=SHUTDOWN_H, check_interval_hours=CHECK_H)
+        decision = cap_decision(spent_usd=fc.spent_usd, burn_usd_per_hour=100.0, budget_usd=BUDGET,
+                                bound_hours=SHUTDOWN_H, heartbeat_gap_hours=CHECK_H, stop_hours=CHECKPOINT_H,
+                                release_hours=SHUTDOWN_H)
         if decision.stop_now:
             break
         hours += CHECK_H

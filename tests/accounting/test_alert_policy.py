@@ -6,8 +6,9 @@ import logging
 
 import pytest
 
-from runtime.accounting.alerts import (AlertConfigError, AlertKind, AlertPolicy, AlertsConfig, Replanned, RunEnded,
-                            RunOutcome, dispatch)
+from runtime.accounting.alerts import (AlertConfigError, AlertKind, AlertPolicy, AlertsConfig, LatePlan, Replanned,
+                                       RunEnded, RunOutcome, dispatch)
+from runtime.accounting.alert_email import body_lines
 from runtime.accounting.forecast import forecast
 from runtime.accounting.ledger import IntervalKey, Ledger
 
@@ -171,3 +172,27 @@ def test_credentials_in_the_url_are_refused_without_echoing_them():
 def test_policy_needs_a_positive_budget():
     with pytest.raises(AlertConfigError, match=r"budget_usd=0 must be positive.*\[constraints\]\.budget_usd"):
         AlertPolicy(AlertsConfig(), run_name="r", budget_usd=0)
+
+
+def test_a_term_bought_at_provisioning_counts_towards_the_thresholds(tmp_path):
+    ledger, sink = Ledger(tmp_path), RecordingSink()
+    ledger.buy_term(SPOT, "reserved_1y", term_usd=450.0, nodes=2, launch_id="launch-1", at=T0)
+    assert [a.key for a in dispatch(policy(), ledger, sink, now=T0)] == ["actual-0.8"]
+    assert sink.alerts[0].spent_usd == pytest.approx(900.0)
+
+
+def test_going_on_with_a_late_plan_alerts_once_with_the_expected_end_and_the_deadline(tmp_path):
+    ledger, sink, pol = Ledger(tmp_path), RecordingSink(), policy()
+    fc = forecast(0.0, 10.0, 1.0, at=T0, budget_usd=BUDGET, deadline_at=T0 + 8 * HOUR)
+    late = LatePlan(expected_end=T0 + 10 * HOUR, deadline_at=T0 + 8 * HOUR, reason="no pool meets the deadline")
+    (alert,) = dispatch(pol, ledger, sink, fc, [late], now=T0)  # settles deadline-at-risk too: one email
+    assert alert.key == "deadline-missed" and alert.kind is AlertKind.DEADLINE_MISSED and alert.late == late
+    assert alert.headline == ("the deadline will be missed: the plan ends 2026-11-30 10:53 UTC, "
+                              "2.0 h after the deadline 2026-11-30 08:53 UTC")
+    row = ("Plan ends", ("2026-11-30 10:53 UTC (2.0 h after the deadline 2026-11-30 08:53 UTC): "
+                         "no pool meets the deadline"))
+    assert row in body_lines(alert)
+    # A later late re-plan, or the same one after a resume, sends nothing more.
+    later = LatePlan(expected_end=T0 + 12 * HOUR, deadline_at=T0 + 8 * HOUR)
+    assert dispatch(pol, ledger, sink, fc, [later], now=T0 + HOUR) == []
+    assert dispatch(pol, Ledger(tmp_path), sink, fc, [late], now=T0 + HOUR) == []

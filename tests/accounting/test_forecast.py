@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.accounting.forecast import cap_decision, forecast
+from runtime.accounting.forecast import StopTimings, cap_decision, forecast
 
 from .helpers import HOUR, T0
 
@@ -38,8 +38,11 @@ def test_forecast_rejects_bad_figures(bad):
         forecast(**args)
 
 
-# budget 5000, burn $60/h, 15 min checkpoint, 5 min shutdown, checks every minute:
+# budget 5000, burn $60/h, heartbeats 1 min apart, a stop measured at 15 min and a release at 5 min:
 # the reserve is 60 * (1/60 + 1/4 + 1/12) = $21, so the stop point is spend $4,979.
+MEASURED = {"heartbeat_gap_hours": 1 / 60, "stop_hours": 0.25, "release_hours": 5 / 60, "bound_hours": 1.0}
+
+
 @pytest.mark.parametrize(
     ("spent", "stop", "headroom", "until"),
     [
@@ -51,29 +54,68 @@ def test_forecast_rejects_bad_figures(bad):
         (5100.0, True, -121.0, 0.0),
     ],
 )
-def test_cap_stops_before_the_budget_leaving_room_for_a_checkpoint(spent, stop, headroom, until):
-    d = cap_decision(spent_usd=spent, burn_usd_per_hour=60.0, checkpoint_hours=0.25, budget_usd=5000.0,
-                     shutdown_hours=5 / 60, check_interval_hours=1 / 60)
-    assert d.stop_now is stop
+def test_cap_stops_before_the_budget_leaving_room_for_the_measured_stop(spent, stop, headroom, until):
+    d = cap_decision(spent_usd=spent, burn_usd_per_hour=60.0, budget_usd=5000.0, **MEASURED)
+    assert d.stop_now is stop and d.measured
     assert d.reserve_usd == pytest.approx(21.0)
     assert d.headroom_usd == pytest.approx(headroom, abs=1e-9)
     assert d.hours_until_stop == pytest.approx(until, abs=1e-9)
-    # Not stopping is safe: a stop at the next check still fits checkpoint and shutdown in the budget.
+    # Not stopping is safe: a stop at the next heartbeat still fits the stop and the release in the budget.
     if not d.stop_now:
         assert spent + 60.0 * (1 / 60 + 0.25 + 5 / 60) <= 5000.0
 
 
+def test_before_anything_is_measured_the_cap_reserves_the_enforced_bound():
+    # Nothing measured: the stop and the release may each take the 10 min bound -> 60 * (1/60 + 2 * 1/6) = $21.
+    d = cap_decision(spent_usd=4978.0, burn_usd_per_hour=60.0, budget_usd=5000.0, bound_hours=1 / 6,
+                     heartbeat_gap_hours=1 / 60)
+    assert not d.measured and (d.stop_hours, d.release_hours) == (1 / 6, 1 / 6)
+    assert d.reserve_usd == pytest.approx(21.0) and not d.stop_now
+    assert "bound where not yet measured" in cap_decision(
+        spent_usd=4980.0, burn_usd_per_hour=60.0, budget_usd=5000.0, bound_hours=1 / 6,
+        heartbeat_gap_hours=1 / 60).reason
+    # A slow machine: heartbeats measured 6 min apart stop the run $5.00 of spend earlier.
+    slow = cap_decision(spent_usd=4975.0, burn_usd_per_hour=60.0, budget_usd=5000.0, bound_hours=1 / 6,
+                        heartbeat_gap_hours=0.1)
+    assert slow.stop_now and slow.reserve_usd == pytest.approx(26.0)
+
+
+def test_a_stop_that_has_not_checkpointed_in_time_must_release_now():
+    # Once one more gap and the release would pass the budget, waiting for the checkpoint breaks the cap.
+    args = {"burn_usd_per_hour": 60.0, "budget_usd": 5000.0, **MEASURED}
+    assert not cap_decision(spent_usd=4993.99, **args).release_now  # 4993.99 + 6 < 5000
+    assert cap_decision(spent_usd=4994.0, **args).release_now
+    assert not cap_decision(spent_usd=4979.0, **args).release_now  # the stop just began: there is time
+
+
 def test_cap_with_nothing_billed():
-    d = cap_decision(spent_usd=100.0, burn_usd_per_hour=0.0, checkpoint_hours=0.5, budget_usd=200.0)
+    d = cap_decision(spent_usd=100.0, burn_usd_per_hour=0.0, budget_usd=200.0, bound_hours=0.5,
+                     heartbeat_gap_hours=0.01)
     assert not d.stop_now and d.hours_until_stop is None and d.reason == "nothing is being billed"
-    assert cap_decision(spent_usd=200.0, burn_usd_per_hour=0.0, checkpoint_hours=0.5, budget_usd=200.0).stop_now
+    assert cap_decision(spent_usd=200.0, burn_usd_per_hour=0.0, budget_usd=200.0, bound_hours=0.5,
+                        heartbeat_gap_hours=0.01).stop_now
 
 
 def test_cap_reasons_name_the_figures():
-    d = cap_decision(spent_usd=4990.0, burn_usd_per_hour=60.0, checkpoint_hours=0.25, budget_usd=5000.0)
+    d = cap_decision(spent_usd=4990.0, burn_usd_per_hour=60.0, budget_usd=5000.0, **MEASURED)
     assert "$4,990.00" in d.reason and "$5,000.00" in d.reason and "$60.00/h" in d.reason
+    assert "measured" in d.reason
 
 
-def test_cap_rejects_a_zero_budget():
-    with pytest.raises(ValueError, match="budget_usd=0.0 must be positive"):
-        cap_decision(spent_usd=0.0, burn_usd_per_hour=1.0, checkpoint_hours=0.1, budget_usd=0.0)
+@pytest.mark.parametrize("bad", [{"budget_usd": 0.0}, {"stop_hours": -1.0}, {"heartbeat_gap_hours": float("nan")}])
+def test_cap_rejects_bad_figures(bad):
+    args = {"spent_usd": 0.0, "burn_usd_per_hour": 1.0, "budget_usd": 1.0, "bound_hours": 0.1,
+            "heartbeat_gap_hours": 0.01} | bad
+    (name,) = bad
+    with pytest.raises(ValueError, match=f"{name}=.* must be"):
+        cap_decision(**args)
+
+
+def test_stop_timings_keep_the_longest_of_each_and_start_unmeasured():
+    timings = StopTimings()
+    assert (timings.heartbeat_gap_hours, timings.stop_hours, timings.release_hours) == (0.0, None, None)
+    for gap, stop, release in ((0.01, 0.2, 0.05), (0.03, 0.1, 0.02), (0.02, 0.15, 0.08)):
+        timings.saw_gap(gap)
+        timings.saw_stop(stop)
+        timings.saw_release(release)
+    assert (timings.heartbeat_gap_hours, timings.stop_hours, timings.release_hours) == (0.03, 0.2, 0.08)

@@ -206,3 +206,72 @@ def test_sigkilled_controller_replays_without_double_counting(tmp_path):
     assert ledger.total_usd() == pytest.approx(8.0 + 20.0)
     assert len(ledger.intervals()) == 2
     assert ledger.sent_alerts() == {"actual-0.5"}
+
+
+# -- held capacity and reserved terms ----------------------------------------------------------
+
+HELD = "aws:us-east-1:p4d.24xlarge"
+TERM = "aws:us-west-2:p4d.24xlarge"
+
+
+def test_held_capacity_is_billed_at_zero_and_its_hours_are_kept(tmp_path):
+    ledger = Ledger(tmp_path)
+    ledger.record(IntervalKey("launch-1", "*"), pool=HELD, purchase="reserved_held", hourly_usd=0.0, nodes=2,
+                  start=T0, end=T0 + 3 * HOUR, reason="launch ended")
+    assert ledger.total_usd() == 0.0
+    assert ledger.by_pool() == [PoolSpend(HELD, "reserved_held", pytest.approx(6.0), 0.0, 0.0)]
+
+
+def test_a_term_is_charged_once_in_full_and_counts_everywhere(tmp_path):
+    ledger = Ledger(tmp_path)
+    bought = ledger.buy_term(TERM, "reserved_1y", term_usd=1000.0, nodes=2, launch_id="launch-1", at=T0)
+    assert bought is not None and (bought.usd, bought.nodes) == (2000.0, 2)
+    ledger.record(IntervalKey("launch-1", "*"), pool=TERM, purchase="reserved_1y", hourly_usd=0.0, nodes=2,
+                  start=T0, end=T0 + 2 * HOUR, reason="preempted")
+    # A replay of the same launch (a resumed controller) and a later launch on no more nodes pay nothing.
+    assert ledger.buy_term(TERM, "reserved_1y", term_usd=1000.0, nodes=2, launch_id="launch-1", at=T0 + 5) == bought
+    assert ledger.buy_term(TERM, "reserved_1y", term_usd=1000.0, nodes=1, launch_id="launch-2", at=T0 + HOUR) is None
+    # A launch on three nodes buys the third one only.
+    third = ledger.buy_term(TERM, "reserved_1y", term_usd=1000.0, nodes=3, launch_id="launch-3", at=T0 + 3 * HOUR)
+    assert third is not None and (third.usd, third.nodes) == (1000.0, 1)
+    assert [c.key for c in ledger.charges()] == [bought.key, third.key]
+    assert (ledger.term_nodes(TERM, "reserved_1y"), ledger.term_nodes(TERM, "reserved_3y")) == (3, 0)
+
+    assert ledger.total_usd() == pytest.approx(3000.0)
+    assert ledger.by_pool() == [PoolSpend(TERM, "reserved_1y", pytest.approx(4.0), 3000.0, 3000.0)]
+    assert ledger.by_launch() == {"launch-1": 2000.0, "launch-3": 1000.0}
+    snap = ledger.snapshot(now=T0 + 4 * HOUR)
+    assert (snap.total_usd, snap.charged_usd, snap.burn_usd_per_hour) == (3000.0, 3000.0, 0.0)
+    assert snap.curve == ((T0, 2000.0), (T0 + 2 * HOUR, 2000.0), (T0 + 3 * HOUR, 3000.0))
+
+
+def test_charges_are_idempotent_by_key_and_refuse_other_figures(tmp_path):
+    ledger = Ledger(tmp_path)
+    first = ledger.charge("setup", pool=TERM, purchase="on_demand", usd=12.5, at=T0, reason="image build")
+    assert ledger.charge("setup", pool=TERM, purchase="on_demand", usd=12.5, at=T0, reason="image build") == first
+    with pytest.raises(LedgerConflictError, match=r"charge 'setup' is already recorded .*usd 12.5 != 99.0"):
+        ledger.charge("setup", pool=TERM, purchase="on_demand", usd=99.0, at=T0, reason="image build")
+    with pytest.raises(LedgerError, match=r"usd=-1 must be a finite amount >= 0"):
+        ledger.charge("bad", pool=TERM, purchase="on_demand", usd=-1, at=T0, reason="x")
+    with pytest.raises(LedgerError, match=r"purchase='lease' is not one of spot, on_demand, .*reserved_held"):
+        ledger.charge("bad", pool=TERM, purchase="lease", usd=1.0, at=T0, reason="x")
+    assert ledger.total_usd() == 12.5
+
+
+def test_a_version_1_ledger_gains_the_charges_table_and_keeps_its_intervals(tmp_path):
+    db = sqlite3.connect(tmp_path / FILENAME)
+    db.executescript("""
+        CREATE TABLE intervals (launch_id TEXT NOT NULL, node TEXT NOT NULL, segment INTEGER NOT NULL,
+            pool TEXT NOT NULL, purchase TEXT NOT NULL, hourly_usd REAL NOT NULL, nodes INTEGER NOT NULL,
+            start REAL NOT NULL, billed_until REAL NOT NULL, "end" REAL, open_reason TEXT NOT NULL,
+            close_reason TEXT, PRIMARY KEY (launch_id, node, segment));
+        CREATE TABLE alerts_sent (key TEXT PRIMARY KEY, kind TEXT NOT NULL, sent_at REAL NOT NULL);
+        PRAGMA user_version=1;
+    """)
+    db.execute("INSERT INTO intervals VALUES ('l-1','n0',0,?, 'spot', 2.0, 1, ?, ?, ?, 'launch', 'done')",
+               (SPOT, T0, T0 + HOUR, T0 + HOUR))
+    db.commit()
+    db.close()
+    ledger = Ledger(tmp_path)
+    ledger.buy_term(TERM, "reserved_3y", term_usd=10.0, nodes=1, launch_id="l-2", at=T0 + HOUR)
+    assert ledger.total_usd() == pytest.approx(12.0)

@@ -11,11 +11,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 MODULES = {
-    "runtime.accounting.ledger": {"FILENAME", "Interval", "IntervalKey", "Ledger", "LedgerConflictError", "LedgerError",
+    "runtime.accounting.ledger": {"Charge", "FILENAME", "Interval", "IntervalKey", "Ledger", "LedgerConflictError", "LedgerError",
                        "LedgerSnapshot", "PoolSpend", "spend_curve"},
-    "runtime.accounting.forecast": {"CapDecision", "Forecast", "cap_decision", "forecast"},
+    "runtime.accounting.forecast": {"CapDecision", "Forecast", "StopTimings", "cap_decision", "forecast"},
     "runtime.accounting.alerts": {"Alert", "AlertConfigError", "AlertKind", "AlertPolicy", "AlertSink", "AlertsConfig",
-                       "DEFAULT_THRESHOLDS", "Event", "Replanned", "RunEnded", "RunOutcome", "dispatch"},
+                       "DEFAULT_THRESHOLDS", "Event", "LatePlan", "Replanned", "RunEnded", "RunOutcome", "dispatch"},
     "runtime.accounting.alert_email": {"body_lines", "chart_png", "render", "subject"},
     "runtime.accounting.mailer": {"Mailer", "OutboxEntry", "OutboxStatus", "SmtpTarget"},
 }

@@ -148,8 +148,8 @@ class SyntheticRun:
         self.events.close()
         return self.run_dir
 
-    def _launch(self, launch_id: str, pool: Pool, hours: float, *, start_step: int) -> None:
-        nodes = NODES[pool]
+    def _launch(self, launch_id: str, pool: Pool, hours: float, *, start_step: int, nodes: int | None = None) -> None:
+        nodes = nodes or NODES[pool]
         self.state.launches.append(LaunchRecord(launch_id=launch_id, pool=pool, nodes=nodes, world_size=nodes,
                                                 start_step=start_step, provisioned_at=_at(hours)))
         self.state.active = True

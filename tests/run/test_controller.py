@@ -120,13 +120,17 @@ def test_the_budget_cap_stops_after_a_checkpoint_and_a_raised_budget_finishes(tm
     [("reserved_held", {"term_hours": 500.0}), ("reserved_1y", {"term_usd": 1200.0, "term_hours": 8760.0})],
 )
 def test_held_and_reserved_pools_run_to_completion_at_no_hourly_cost(tmp_path: Path, purchase: str, extra) -> None:
-    run = start_run(tmp_path, script(), plan=phase(purchase, hourly_usd=0.0, **extra))
+    # Held capacity is $0 with its hours recorded; a bought term is charged once, in full, and nothing by the hour.
+    run = start_run(tmp_path, script(), plan=phase(purchase, hourly_usd=0.0, **extra), budget_usd=5000.0)
     summary = run.run()
     assert summary["status"] == "completed" and summary["steps"] == 300
     assert [launch["purchase"] for launch in summary["launches"]] == [purchase]
     with Ledger(run.run_dir) as ledger:
         spend = ledger.by_pool()
-    assert [(s.pool, s.purchase, s.usd) for s in spend] == [("aws:us-east-1:g4dn.xlarge", purchase, 0.0)]
+    term = extra.get("term_usd", 0.0)
+    assert [(s.pool, s.purchase, s.usd, s.charged_usd) for s in spend] == [
+        ("aws:us-east-1:g4dn.xlarge", purchase, term, term)]
+    assert summary["cost_usd"] == term
     assert spend[0].node_hours > 0.1
     state = run.state_json()
     assert state["launches"][0]["pool"]["purchase"] == purchase and state["launches"][0]["nodes"] == 1
@@ -209,8 +213,8 @@ def test_a_deadline_miss_goes_on_with_the_late_plan_and_alerts(tmp_path: Path) -
     miss = run.events("deadline_miss")
     assert len(miss) == 1 and miss[0]["action"] == "continue" and "the deadline will be missed" in miss[0]["reason"]
     assert run.events("replan")[0]["pool"] == miss[0]["pool"]
-    mail = (run.run_dir / "outbox" / "replan-deadline-miss-1.eml").read_text()
-    assert "deadline miss" in mail
+    mail = (run.run_dir / "outbox" / "deadline-missed.eml").read_text()
+    assert "deadline" in mail and "X-Danlu-Alert: deadline-missed" in mail
 
 
 def test_a_deadline_miss_stops_the_run_when_the_job_says_so(tmp_path: Path) -> None:
@@ -221,7 +225,7 @@ def test_a_deadline_miss_stops_the_run_when_the_job_says_so(tmp_path: Path) -> N
     assert [e["action"] for e in run.events("deadline_miss")] == ["stop"]
     assert len(summary["launches"]) == 1 and summary["launches"][0]["outcome"] == "preempted"
     assert summary["steps"] == summary["launches"][0]["end_step"] > 0  # the work up to the notice is kept
-    assert not list((run.run_dir / "outbox").glob("replan-deadline-miss-*"))
+    assert not list((run.run_dir / "outbox").glob("deadline-missed*"))
 
 
 def test_a_clock_that_is_not_the_runs_is_refused(tmp_path: Path) -> None:

@@ -13,21 +13,29 @@ from tests.run.helpers import digits_entrypoint, processes_of, write_catalog, wr
 
 pytestmark = pytest.mark.ddp
 
+# The job claims 3.4 steps/h on a T4 (the digits example does about that at 30x), so the
+# plan for 3000 steps fits in the budget with little to spare.
+STEPS, SPEED, BUDGET = 3000, 3.4, 0.045
+
 
 def test_the_run_stops_after_a_checkpoint_before_overspending(tmp_path: Path) -> None:
     catalog = write_catalog(tmp_path / "catalog.csv")
-    # The plan fits in $0.02, but what a launch costs before it trains, plus the reserve for a
-    # checkpoint and shutdown at 30x, does not: the controller must stop the run early.
-    job = write_job(tmp_path / "job.toml", entrypoint=digits_entrypoint(300), nproc=1, budget_usd=0.02)
+    # The plan fits in the budget, but what a launch costs before it trains, plus the reserve for a
+    # stop and a release at $0.16/h and 30x -- 10 s each, the shutdown timeout, until measured --
+    # does not: the controller must stop the run early, with a checkpoint, and still end under the cap.
+    job = write_job(tmp_path / "job.toml", entrypoint=digits_entrypoint(STEPS), steps=STEPS, speed=SPEED, nproc=1,
+                    budget_usd=BUDGET)
     run_dir = tmp_path / "run"
     rc = main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(run_dir), "--time-scale", "30"])
     summary = json.loads((run_dir / "summary.json").read_text())
     assert rc == 1
     assert summary["status"] == "budget_cap", summary
-    assert summary["cost_usd"] <= 0.02
+    assert summary["cost_usd"] <= BUDGET
     events = read_events(run_dir / "events.jsonl")
     kinds = [e["event"] for e in events]
     assert "budget_cap" in kinds and kinds.index("budget_cap") < kinds.index("launch_end")
+    cap = next(e for e in events if e["event"] == "budget_cap")
+    assert cap["measured"] is False and cap["reserve_usd"] >= 0.16 * 2 * 10 * 30 / 3600  # nothing measured yet
     stop = next(e for e in events if e["event"] == "checkpoint_request")
     assert stop["action"] == "stop" and "budget" in stop["reason"]
     end = next(e for e in events if e["event"] == "launch_end")
@@ -38,10 +46,10 @@ def test_the_run_stops_after_a_checkpoint_before_overspending(tmp_path: Path) ->
 
     # Resuming with a raised budget finishes the job from the cap's checkpoint.
     stopped_at = summary["steps"]
-    assert main(["run", "--resume", str(run_dir), "--budget-usd", "0.01"]) == 2  # not larger: refused
+    assert main(["run", "--resume", str(run_dir), "--budget-usd", str(BUDGET / 2)]) == 2  # not larger: refused
     assert main(["run", "--resume", str(run_dir), "--budget-usd", "5"]) == 0
     final = json.loads((run_dir / "summary.json").read_text())
-    assert final["status"] == "completed" and final["steps"] == 300
+    assert final["status"] == "completed" and final["steps"] == STEPS
     assert final["cost_usd"] > summary["cost_usd"] and final["cost_usd"] <= 5
     resumed = [e for e in read_events(run_dir / "events.jsonl") if e["event"] == "launch"][-1]
     assert resumed["start_step"] == stopped_at > 0
