@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import resource
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,21 +28,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.run.helpers import digits_entrypoint, write_catalog, write_job  # the test's own job
+from bench.load import busy_loops
+from tests.run.helpers import (  # the test's own job
+    digits_entrypoint,
+    write_catalog,
+    write_job,
+)
 from tests.run.test_run_budget import BUDGET, SPEED, STEPS
 
 TIME_SCALE = 30
-
-
-def start_busy_loops(count: int) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, "-c", "while 1: pass"], start_new_session=True) for _ in range(count)]
-
-
-def stop_busy_loops(loops: list[subprocess.Popen]) -> None:
-    for loop in loops:
-        if loop.poll() is None:
-            os.killpg(loop.pid, signal.SIGKILL)  # its own session: only this loop
-        loop.wait()
 
 
 def one_run(workdir: Path, budget_usd: float, steps: int) -> dict:
@@ -97,9 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = parser.parse_args(argv)
 
-    loops = start_busy_loops(args.busy)
     runs = []
-    try:
+    with busy_loops(args.busy):
         if not args.json:
             print(f"{args.busy} busy loops, {args.runs} runs, cap ${args.budget_usd:.4f}, {os.cpu_count()} CPUs")
             print(f"{'run':>3} {'status':<11} {'spent':>8} {'cap':>8} {'over':>8} {'step':>5} {'cpu_s':>6} "
@@ -116,8 +108,6 @@ def main(argv: list[str] | None = None) -> int:
                       f"{' '.join(map(str, run['load_avg']))}" + ("" if held(run) else "  <-- FAILED"), flush=True)
                 if run["stderr_tail"]:
                     print("    " + run["stderr_tail"].replace("\n", "\n    "))
-    finally:
-        stop_busy_loops(loops)
     failed = [i for i, run in enumerate(runs, 1) if not held(run)]
     if args.json:
         print(json.dumps({"runs": runs, "failed": failed}, indent=2))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,12 +18,14 @@ from collections.abc import Iterator
 @contextlib.contextmanager
 def busy_loops(count: int) -> Iterator[list[int]]:
     """Run ``count`` spinning processes while the block runs; yields their pids."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(count)]
+    # Each in its own session, so a Ctrl-C aimed at the benchmark does not reach them first.
+    procs = [subprocess.Popen([sys.executable, "-c", "while 1: pass"], start_new_session=True) for _ in range(count)]
     try:
         yield [p.pid for p in procs]
     finally:
         for p in procs:
-            p.kill()
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
         for p in procs:
             p.wait()
 
