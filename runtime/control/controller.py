@@ -162,6 +162,7 @@ class Controller:
         # What a stop really takes on this machine, for the budget cap (see _heartbeat and _release).
         self.stop_timings = forecast.StopTimings()
         self._last_beat: float | None = None
+        self._stop_asked: tuple[str, float] | None = None  # (request id, simulated time asked)
 
     @classmethod
     def open(cls, run_dir: str | Path, *, tuning: Tuning = Tuning(),
@@ -500,6 +501,8 @@ class Controller:
 
     def _request(self, action: contract.Action, reason: str) -> str:
         request = contract.request_checkpoint(self.work_dir / contract.CONTROL_FILE, action, reason=reason)
+        if action == "stop":
+            self._stop_asked = (request.id, self.clock.now())
         self.events.emit("checkpoint_request", action=action, reason=reason, request=request.id)
         return request.id
 
@@ -585,17 +588,13 @@ class Controller:
 
     def _measure_stop(self, record: LaunchRecord) -> None:
         """How long this launch's honoured stop request took, from the request to the release (billed time)."""
-        control = self.work_dir / contract.CONTROL_FILE
+        # On the run's clock, not the file's mtime: an injected (simulated or manual) clock and the
+        # file system's clock need not agree.
+        asked, self._stop_asked = self._stop_asked, None
         status = self._status(record.launch_id)
-        try:
-            request = contract.read_request(control)
-            asked = control.stat().st_mtime
-        except (contract.ContractError, OSError):
+        if asked is None or status is None or status.state != "preempted" or status.request_id != asked[0]:
             return
-        if (request is None or request.action != "stop" or status is None or status.state != "preempted"
-                or status.request_id != request.id):
-            return
-        self.stop_timings.saw_stop(max(0.0, self.clock.now() - self.clock.sim(asked)) / 3600)
+        self.stop_timings.saw_stop(max(0.0, self.clock.now() - asked[1]) / 3600)
 
     def _stop_billing(self, record: LaunchRecord, node: Node, end: float, reason: str) -> None:
         key = IntervalKey(record.launch_id, node.id)

@@ -115,6 +115,17 @@ def test_the_budget_cap_stops_after_a_checkpoint_and_a_raised_budget_finishes(tm
 
 
 
+def test_a_stop_is_timed_on_the_runs_clock_not_the_file_systems(tmp_path: Path) -> None:
+    # The run's clock (here a manual one, a year past the file system's) times the stop that the
+    # budget reserve is sized from; a control file's mtime would make that stop a year long.
+    run_dir = new_run(tmp_path)
+    run = open_run(run_dir, script(reclaims=(Reclaim("l-1", after_s=2.0, notice=True, lead_s=1.0),)),
+                   at=load_state(run_dir).origin + 365 * 86400)
+    assert run.run()["status"] == "completed"
+    stop_hours = run.controller.stop_timings.stop_hours
+    assert stop_hours is not None and 0 < stop_hours * 3600 / SCALE < 5  # a few real seconds at most
+
+
 @pytest.mark.parametrize(
     ("purchase", "extra"),
     [("reserved_held", {"term_hours": 500.0}), ("reserved_1y", {"term_usd": 1200.0, "term_hours": 8760.0})],
