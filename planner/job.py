@@ -150,7 +150,9 @@ class Overheads(_Section):
 
 class Run(_Section):
     entrypoint: tuple[str, ...] = Field(default=(), max_length=1024)
-    provider: Literal["local", "aws", "gcp", "azure"] = "local"
+    # Any name: providers are found at run time through the danlu.providers entry points, so a
+    # new cloud needs no change here (`planner run` lists the installed ones for a wrong name).
+    provider: str = Field(default="local", pattern=r"^[a-z][a-z0-9_-]{0,39}$")
     nproc_per_node: int = Field(default=1, ge=1, le=64)
     checkpoint_dir: str | None = None
     max_restarts: int = Field(default=3, ge=0, le=100)

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
+from planner.errors import JobSpecError
+from planner.job import load_job
 from runtime.control.clock import ManualClock
 from runtime.providers import registry
 from runtime.providers.base import ProviderContext
@@ -71,6 +73,18 @@ def test_planner_run_refuses_a_provider_whose_sdk_is_missing(tmp_path: Path, cap
     err = capsys.readouterr().err
     assert "provider 'aws' (no_such_sdk_xyz.ec2:Provider) cannot be loaded" in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_job_may_name_a_provider_this_version_does_not_ship(tmp_path: Path, capsys) -> None:
+    # A new cloud is one module and one entry-point line: the job file needs no new value.
+    job = write_job(tmp_path / "job.toml", entrypoint=["python", "train.py"])
+    job.write_text(job.read_text().replace('provider = "local"', 'provider = "mycloud"'))
+    assert load_job(job).run.provider == "mycloud"
+    assert main(["run", str(job), "--run-dir", str(tmp_path / "run")]) == 2  # not installed here
+    assert "provider 'mycloud' is not registered" in capsys.readouterr().err
+    job.write_text(job.read_text().replace('provider = "mycloud"', 'provider = "My Cloud!"'))
+    with pytest.raises(JobSpecError, match="run.provider"):
+        load_job(job)
 
 
 class MyCloud(LocalProvider):
