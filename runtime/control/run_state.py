@@ -64,6 +64,8 @@ __all__ = [
     "write_summary",
 ]
 
+PRIVATE_FILE = 0o600
+PRIVATE_DIR = 0o700
 STATE_FILE = "state.json"
 SUMMARY_FILE = "summary.json"
 FORMAT = 2
@@ -327,7 +329,7 @@ def _errors(exc: ValidationError) -> str:
 
 
 def save_state(run_dir: str | Path, state: RunState) -> None:
-    atomic_file.write_text(Path(run_dir) / STATE_FILE, state.to_json())
+    atomic_file.write_text(Path(run_dir) / STATE_FILE, state.to_json(), mode=PRIVATE_FILE)
 
 
 def load_state(run_dir: str | Path) -> RunState:
@@ -378,7 +380,7 @@ def raise_budget(run_dir: str | Path, budget_usd: float) -> RunState:
 
 def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> Path:
     path = Path(run_dir) / SUMMARY_FILE
-    atomic_file.write_text(path, json.dumps(summary, indent=2, sort_keys=False) + "\n")
+    atomic_file.write_text(path, json.dumps(summary, indent=2, sort_keys=False) + "\n", mode=PRIVATE_FILE)
     return path
 
 
@@ -537,6 +539,8 @@ def new_state(
             raise RunStateError(f"{plan_path}: cannot read the plan ({exc}). To fix: pass a JSON plan file.") from exc
         state.set_pool(*plan_pool(plan, source=str(plan_path)))
         state.plan = plan.get("plan", plan) if isinstance(plan, dict) else None
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if not run_dir.exists():  # a directory the user made is theirs to set; one we make is private
+        run_dir.mkdir(parents=True)
+        run_dir.chmod(PRIVATE_DIR)  # whatever the umask: the run's job, spend and logs are the team's own
     save_state(run_dir, state)
     return state

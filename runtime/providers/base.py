@@ -33,12 +33,14 @@ from __future__ import annotations
 
 import abc
 import enum
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pricing.pool import Pool
+from runtime.accounting.mailer import PASSWORD_ENV, USER_ENV
 from runtime.control.clock import Clock
 from runtime.errors import RuntimeFailure
 from runtime.providers.notices import Notice
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from runtime.control.chaos import ChaosPlan
 
 __all__ = [
+    "CONTROLLER_SECRETS",
     "LaunchSpec",
     "Node",
     "NodeState",
@@ -54,7 +57,18 @@ __all__ = [
     "Provider",
     "ProviderContext",
     "ProviderError",
+    "child_environment",
 ]
+
+
+CONTROLLER_SECRETS = (USER_ENV, PASSWORD_ENV)
+"""Environment only the controller needs (its mailer's SMTP login): never handed to a node."""
+
+
+def child_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for the processes a provider starts: the controller's, less its secrets."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in environ.items() if k not in CONTROLLER_SECRETS}
 
 
 class ProviderError(RuntimeFailure):

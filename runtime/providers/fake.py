@@ -31,7 +31,15 @@ from pathlib import Path
 
 from pricing.pool import Pool
 from runtime.control.chaos import ChaosFired
-from runtime.providers.base import LaunchSpec, Node, NodeState, NodeStatus, Provider, ProviderContext, ProviderError
+from runtime.providers.base import (
+    LaunchSpec,
+    Node,
+    NodeState,
+    NodeStatus,
+    Provider,
+    ProviderContext,
+    ProviderError,
+)
 from runtime.providers.notices import INTERRUPTION, NOTICE_LEAD_S, Notice
 from runtime.training import contract
 from runtime.training.store import CheckpointStore, Manifest

@@ -42,8 +42,6 @@ from pricing.pool import Pool
 from runtime.control.chaos import ChaosFired, ChaosPlan
 from runtime.control.clock import Clock, WallClock
 from runtime.providers import notices
-from runtime.providers.metadata_server import MetadataServer
-from runtime.providers.notices import Notice, NoticeWatch
 from runtime.providers.base import (
     LaunchSpec,
     Node,
@@ -52,7 +50,10 @@ from runtime.providers.base import (
     Provider,
     ProviderContext,
     ProviderError,
+    child_environment,
 )
+from runtime.providers.metadata_server import MetadataServer
+from runtime.providers.notices import Notice, NoticeWatch
 
 __all__ = [
     "LocalProvider",
@@ -257,7 +258,7 @@ class LocalProvider(Provider):
         endpoint = str(launch.log_dir / f"rdzv-{launch.rdzv_id}")
         argv = torchrun_argv(launch, len(nodes), endpoint)
         env = {
-            **os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
+            **child_environment(), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
             "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": f"{launch.shutdown_timeout_s:g}", **launch.env,
         }
         started = []

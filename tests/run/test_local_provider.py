@@ -75,7 +75,10 @@ def test_argv_runs_python_scripts_under_torchrun_and_other_programs_with_no_pyth
     assert shell[-3:] == ["--no-python", "./train.sh", "--fast"]
 
 
-def test_two_nodes_rendezvous_into_one_world_and_exit(tmp_path: Path, provider: LocalProvider) -> None:
+def test_two_nodes_rendezvous_into_one_world_and_exit(tmp_path: Path, provider: LocalProvider, monkeypatch) -> None:
+    # The controller's SMTP login is its own: no torchrun agent or worker inherits it.
+    monkeypatch.setenv("DANLU_SMTP_USER", "alerts-bot")
+    monkeypatch.setenv("DANLU_SMTP_PASSWORD", "s3cret-value")
     nodes = provider.provision(_pool(), nodes=2, launch_id="l-1")
     provider.wait_ready(nodes, timeout_s=5)
     launch = _launch(tmp_path)
@@ -85,6 +88,7 @@ def test_two_nodes_rendezvous_into_one_world_and_exit(tmp_path: Path, provider: 
     assert {r["WORLD_SIZE"] for r in ranks} == {"2"}
     assert {r["OMP_NUM_THREADS"] for r in ranks} == {"1"}
     assert {r["DANLU_NODE_ID"] for r in ranks} == {"l-1-n0", "l-1-n1"}
+    assert {(r["DANLU_SMTP_USER"], r["DANLU_SMTP_PASSWORD"]) for r in ranks} == {(None, None)}
     assert {s.state for s in provider.poll(nodes)} == {NodeState.RUNNING}
     (tmp_path / "work" / "release").write_text("")
     _wait_state(provider, nodes, NodeState.EXITED)

@@ -20,6 +20,7 @@ from runtime.control.run_state import (
     new_state,
     plan_pool,
     save_state,
+    write_summary,
 )
 from pricing.pool import Pool
 from runtime.control.clock import ManualClock, WallClock
@@ -53,7 +54,7 @@ def test_state_round_trips_through_the_file(tmp_path: Path) -> None:
     save_state(tmp_path / "run", state)
     loaded = load_state(tmp_path / "run")
     assert loaded == state
-    assert (tmp_path / "run" / "state.json").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "run" / "state.json").stat().st_mode & 0o777 == 0o600
     assert loaded.checkpoint_dir == str((tmp_path / "run" / "ckpt").resolve())
 
 
@@ -69,6 +70,18 @@ def test_the_rate_a_run_plans_with_blends_its_measurement_with_the_table_by_step
     state.learn_throughput(POOL, 1, units=4000, hours=4000 / (table / 2), steps=4000)
     settled = state.known_rate(job, POOL, 1)
     assert table / 2 < settled < table * 0.55
+
+
+def test_a_new_run_directory_and_its_state_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        state = _state(tmp_path)
+        write_summary(tmp_path / "run", {"job": state.job["name"]})
+    finally:
+        os.umask(old)
+    assert (tmp_path / "run").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "run" / "state.json").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "run" / "summary.json").stat().st_mode & 0o777 == 0o600
 
 
 def test_a_run_directory_is_never_started_twice(tmp_path: Path) -> None:
@@ -148,7 +161,7 @@ def test_an_infeasible_job_ends_without_launching(tmp_path: Path, capsys) -> Non
     assert summary["launches"] == [] and summary["cost_usd"] == 0
     out = capsys.readouterr().out
     assert json.loads(out[out.index("\n{\n") + 1:]) == summary
-    assert oct(os.stat(run_dir / "summary.json").st_mode & 0o777) == "0o644"
+    assert oct(os.stat(run_dir / "summary.json").st_mode & 0o777) == "0o600"  # the run's own: owner only
 
 
 def _no_budget_run(tmp_path: Path) -> Path:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 run_dir = Path(os.environ["DANLU_RUN_DIR"])
 rank = os.environ["RANK"]
-keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "TORCHELASTIC_RUN_ID", "DANLU_NODE_ID", "OMP_NUM_THREADS")
+keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "TORCHELASTIC_RUN_ID", "DANLU_NODE_ID", "OMP_NUM_THREADS",
+        "DANLU_SMTP_USER", "DANLU_SMTP_PASSWORD")
 (run_dir / f"rank-{rank}.json").write_text(json.dumps({k: os.environ.get(k) for k in keys} | {"pid": os.getpid()}))
 deadline = time.monotonic() + 60
 while not (run_dir / "release").exists() and time.monotonic() < deadline:
