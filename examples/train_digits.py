@@ -1,4 +1,4 @@
-"""A small CNN on scikit-learn's handwritten digits, trained through ``runtime.training.session``.
+"""A small CNN on scikit-learn's handwritten digits, trained through ``runtime.session``.
 
 Run it the way the controller does::
 
