@@ -30,6 +30,8 @@ from pricing.catalog import PURCHASE_OPTIONS
 WORK_UNITS = ("tokens", "samples", "steps", "gpu_hours")
 _EMAIL = re.compile(r"[^@\s<>,;\"]{1,64}@[A-Za-z0-9.-]{1,255}")
 PurchaseOption = Literal["spot", "on_demand", "reserved_1y", "reserved_3y"]
+OptionValue = str | bool | int | float | list[str]
+"""A ``[run.options]`` value: what a provider setting can be (an image id, a flag, a list of subnets)."""
 
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
@@ -155,6 +157,9 @@ class Run(_Section):
     provider: str = Field(default="local", pattern=r"^[a-z][a-z0-9_-]{0,39}$")
     nproc_per_node: int = Field(default=1, ge=1, le=64)
     checkpoint_dir: str | None = None
+    # The provider's own settings (image, network, service account...); the provider checks
+    # them (runtime.providers.base.Provider.check_options) before a run directory exists.
+    options: dict[str, OptionValue] = Field(default_factory=dict, max_length=100)
     max_restarts: int = Field(default=3, ge=0, le=100)
     on_deadline_miss: Literal["continue", "stop"] = Field(
         default="continue",

@@ -90,8 +90,8 @@ def _positive(text: str) -> float:
 def handle(args: argparse.Namespace, console: Console) -> int:
     from runtime.control.chaos import parse_chaos
     from runtime.control.controller import Controller, Tuning
-    from runtime.errors import RuntimeFailure
     from runtime.control.run_state import new_state, raise_budget
+    from runtime.errors import RuntimeFailure
     from runtime.providers import registry
 
     tuning = Tuning(cooldown_minutes=args.cooldown, rdzv_timeout_s=args.rdzv_timeout)
@@ -110,7 +110,19 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             raise RuntimeFailure("give a JOB file to run, or --resume RUN_DIR")
         job = load_job(args.job)
         provider = args.provider or job.run.provider
-        registry.load(provider)  # an unknown or unloadable provider fails before anything is written
+        # An unknown provider, options it does not take or a checkpoint dir its nodes cannot
+        # reach fail before anything is written.
+        provider_cls = registry.load(provider)
+        try:
+            provider_cls.check_options(job.run.options)
+        except RuntimeFailure as exc:
+            raise RuntimeFailure(f"{args.job}: {exc}") from None
+        if provider_cls.remote and "://" not in (job.run.checkpoint_dir or ""):
+            raise RuntimeFailure(
+                f"{args.job}: [run].checkpoint_dir must be an object-store URL for provider {provider!r} "
+                f"(its nodes cannot read this machine's disk). To fix: set checkpoint_dir = \"s3://BUCKET/PREFIX\" "
+                "(or gs://, az://) in [run]."
+            )
         parse_chaos(args.chaos)  # a bad spec fails before anything starts
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         run_dir = Path(args.run_dir or f"runs/{job.name}-{stamp}")

@@ -193,7 +193,8 @@ class Controller:
         first = not state.launches and not (run_dir / EVENTS_FILE).exists()
         catalog = resolve_catalog(state.catalog, use_cache=state.use_cache)
         chaos = ChaosPlan(parse_chaos(state.chaos), clock, fired=state.chaos_fired)
-        context = ProviderContext(run_dir / "provider", clock, chaos=chaos, hold_nodes=tuning.hold_nodes)
+        context = ProviderContext(run_dir / "provider", clock, chaos=chaos, hold_nodes=tuning.hold_nodes,
+                                  run_id=run_dir.resolve().name, options=dict(job.run.options))
         if provider is None:
             built = registry.create(state.provider, context)
         elif isinstance(provider, Provider):

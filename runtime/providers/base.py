@@ -146,19 +146,39 @@ class ProviderContext:
     """What every provider is built with (see :meth:`Provider.from_context`).
 
     ``state_dir`` is the provider's own folder inside the run directory; ``chaos`` the
-    faults to inject (None: none); ``hold_nodes`` node indices whose agent never starts.
+    faults to inject (None: none); ``hold_nodes`` node indices whose agent never starts;
+    ``run_id`` the run's name (cloud providers tag every resource with it); ``options``
+    the job's ``[run.options]`` table, for the provider to validate
+    (:meth:`Provider.check_options`).
     """
 
     state_dir: Path
     clock: Clock
     chaos: ChaosPlan | None = None
     hold_nodes: tuple[int, ...] = ()
+    run_id: str = ""
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Provider(abc.ABC):
     """Provision, run, watch and release nodes of one cloud (or of this machine)."""
 
     name: str
+    remote: bool = False
+    """True when the nodes are other machines: the checkpoint dir must then be an object-store URL."""
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """Refuse ``[run.options]`` this provider does not understand, before anything is written.
+
+        Raises:
+            ProviderError: naming the option and the fix.
+        """
+        if options:
+            raise ProviderError(
+                f"[run.options]: provider {cls.name!r} takes no options (got {', '.join(sorted(options))}). "
+                "To fix: remove the [run.options] table."
+            )
 
     @classmethod
     @abc.abstractmethod
