@@ -75,6 +75,7 @@ from runtime.control.run_state import (
     work_done_units,
     write_summary,
 )
+from runtime.errors import CheckpointError
 from runtime.providers import registry
 from runtime.providers.base import (
     LaunchSpec,
@@ -225,6 +226,10 @@ class Controller:
         try:
             if self.state.current is not None:
                 self._recover()
+            if self.state.status == "running" and self._training_finished():
+                # Killed between the final checkpoint and the run's end: nothing is left to run.
+                self.state.steps = self.store.latest_step() or self.state.steps
+                self._finish("completed")
             while self.state.status == "running":
                 if self.state.pool is None:
                     self._choose_pool(preempted=None, reason="start")
@@ -239,6 +244,21 @@ class Controller:
         finally:
             summary = self._close()
         return summary
+
+    def _training_finished(self) -> bool:
+        """True when the training has already ended: its last launch said so, or its
+        newest committed checkpoint is the final one."""
+        last = self.state.launches[-1] if self.state.launches else None
+        status = self._status(last.launch_id) if last is not None else None
+        if status is not None and status.state == "completed":
+            return True
+        latest = self.store.latest_step()
+        if latest is None:
+            return False
+        try:
+            return self.store.read_manifest(latest).reason == "final"
+        except CheckpointError:
+            return False
 
     def _end_after_error(self, status: str, cause: str) -> None:
         if self.state.status != "running":
@@ -730,5 +750,3 @@ class Controller:
         self.state.steps = record.end_step
         record.outcome, record.reason = "interrupted", "controller restart"
         self.save()
-        if status is not None and status.state == "completed":
-            self._finish("completed")

@@ -17,31 +17,36 @@ the reclaim: it announces it on the node's metadata server and hard-kills the no
 the lead time is up (at once if an Azure event is acknowledged). ``hold_nodes`` keeps
 some nodes from ever starting their agent, which is how a stuck rendezvous looks.
 
-Processes are tracked by pid *and* start time (``/proc/<pid>/stat``), remembered as they
-appear and written to ``<state_dir>/<node>.pids``, so a controller that was SIGKILLed
-can still reap the workers of its nodes: torchrun's workers live in their own
-sessions, and a dead agent leaves them running.
+Every process of a node carries the node's token in its environment
+(:mod:`runtime.providers.process_tree`); the token is in the node's handle, which the
+controller saves before the agent starts, so a controller that was SIGKILLed at any moment
+can still kill every process of its nodes -- torchrun's workers live in their own sessions,
+and a dead agent leaves them running. Pids seen (with their start times) are also written
+to ``<state_dir>/<node>.pids`` as they appear.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import psutil
 
 from danlu import atomic_file
 from pricing.pool import Pool
 from runtime.control.chaos import ChaosFired, ChaosPlan
 from runtime.control.clock import Clock, WallClock
-from runtime.providers import notices
+from runtime.providers import notices, process_tree
 from runtime.providers.base import (
     LaunchSpec,
     Node,
@@ -55,99 +60,16 @@ from runtime.providers.base import (
 from runtime.providers.metadata_server import MetadataServer
 from runtime.providers.notices import Notice, NoticeWatch
 
-__all__ = [
-    "LocalProvider",
-    "children",
-    "descendants",
-    "is_running",
-    "kill_tree",
-    "start_time",
-    "torchrun_argv",
-    "wait_gone",
-]
+__all__ = ["LocalProvider", "is_running", "torchrun_argv"]
 
 log = logging.getLogger("runtime.providers.local")
 
 PYTHON_NAMES = ("python", "python3", Path(sys.executable).name)
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (None when it is gone)."""
-    fields = _stat_fields(pid)
-    return int(fields[19]) if fields and fields[0] != "Z" else None
-
-
-def children(pid: int) -> list[int]:
-    """The live children of ``pid`` (every thread's list, from ``/proc``)."""
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found.extend(int(c) for c in (task / "children").read_text().split())
-        except (OSError, ValueError):
-            continue
-    return found
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid``, parents before children."""
-    out: list[int] = []
-    frontier = [pid]
-    while frontier:
-        for child in children(frontier.pop(0)):
-            if child not in out:
-                out.append(child)
-                frontier.append(child)
-    return out
-
-
-def is_running(pid: int, started: int | None = None) -> bool:
-    """True while ``pid`` is alive (not a zombie) and, if given, started at ``started``."""
-    now = start_time(pid)
-    return now is not None and (started is None or now == started)
-
-
-def _signal(pid: int, sig: signal.Signals) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        return
-
-
-def kill_tree(root: int, known: dict[int, int]) -> None:
-    """SIGKILL ``root``, its descendants and every ``known`` pid still running as recorded.
-
-    The tree is frozen first (SIGSTOP, top down) so nothing forks while it is being
-    collected; each pid is signalled individually, never by name or process group.
-    """
-    frozen: list[int] = []
-    frontier = [root] if is_running(root, known.get(root)) else []
-    while frontier:
-        pid = frontier.pop(0)
-        _signal(pid, signal.SIGSTOP)
-        frozen.append(pid)
-        frontier.extend(c for c in children(pid) if c not in frozen)
-    for pid, started in known.items():
-        if pid not in frozen and is_running(pid, started):
-            frozen.append(pid)
-    for pid in reversed(frozen):
-        _signal(pid, signal.SIGKILL)
-
-
-def wait_gone(pids: Collection[int], timeout_s: float) -> list[int]:
-    """Wait until none of ``pids`` runs; returns those still running at the timeout."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = [p for p in pids if is_running(p)]
-        if not left or time.monotonic() >= deadline:
-            return left
-        time.sleep(0.02)
+def is_running(pid: int) -> bool:
+    """True while ``pid`` is a live (not zombie) process."""
+    return bool(process_tree.alive(process_tree.tree(pid)[:1]))
 
 
 def torchrun_argv(launch: LaunchSpec, nnodes: int, rdzv_endpoint: str) -> list[str]:
@@ -173,8 +95,9 @@ class _LocalNode:
     server: MetadataServer
     watch: NoticeWatch
     pid_file: Path
+    token: str
     process: subprocess.Popen[bytes] | None = None
-    known: dict[int, int] = field(default_factory=dict)
+    known: dict[int, float] = field(default_factory=dict)
     notices: list[Notice] = field(default_factory=list)
     reclaim_at: float | None = None
     reclaimed: bool = False
@@ -239,12 +162,15 @@ class LocalProvider(Provider):
             watcher = notices.watcher_for(protocol, server.url, resource_name=node_id, wait_s=min(interval * 4, 2.0))
             watch = NoticeWatch(watcher, interval_s=interval, on_notice=seen.append).start()
             pid_file = self.state_dir / f"{node_id}.pids"
+            token = f"{node_id}-{uuid.uuid4().hex}"
             node = Node(
                 id=node_id, index=index, pool=pool, provisioned_at=self.clock.wall(),
-                handle={"metadata_url": server.url, "protocol": protocol, "pid_file": str(pid_file)},
+                handle={"metadata_url": server.url, "protocol": protocol, "pid_file": str(pid_file), "token": token},
             )
+            local = _LocalNode(node, server, watch, pid_file, token, notices=seen)
+            _write_pids(local)
             with self._lock:
-                self._nodes[node_id] = _LocalNode(node, server, watch, pid_file, notices=seen)
+                self._nodes[node_id] = local
             provisioned.append(node)
         return provisioned
 
@@ -271,7 +197,8 @@ class LocalProvider(Provider):
             log_path = launch.log_dir / f"{node.id}.log"
             with log_path.open("ab") as out:
                 local.process = subprocess.Popen(
-                    [*argv], cwd=launch.cwd, env={**env, "DANLU_NODE_ID": node.id}, stdout=out,
+                    [*argv], cwd=launch.cwd, env={**env, "DANLU_NODE_ID": node.id, process_tree.TOKEN_ENV: local.token},
+                    stdout=out,
                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 )
             self._remember(local)
@@ -323,7 +250,8 @@ class LocalProvider(Provider):
         live = [self._nodes[n.id] for n in nodes if not self._nodes[n.id].terminated]
         for local in live:
             if local.process is not None and local.process.poll() is None:
-                _signal(local.process.pid, signal.SIGTERM)  # torchrun forwards it to its workers
+                with contextlib.suppress(ProcessLookupError):
+                    local.process.send_signal(signal.SIGTERM)  # torchrun forwards it to its workers
         deadline = time.monotonic() + grace_s
         for local in live:
             if local.process is not None:
@@ -343,18 +271,11 @@ class LocalProvider(Provider):
         found = []
         for node in nodes:
             pid_file = Path(str(node.handle.get("pid_file", "")))
-            try:
-                known = {int(p): int(s) for p, s in json.loads(pid_file.read_text()).items()}
-            except (OSError, ValueError, AttributeError):
-                known = {}
-            alive = {p: s for p, s in known.items() if is_running(p, s)}
-            if alive:
+            token = str(node.handle.get("token", ""))
+            processes = [*_recorded(pid_file), *(process_tree.tagged(token) if token else [])]
+            if process_tree.alive(processes):
                 found.append(node.id)
-                for pid in alive:
-                    _signal(pid, signal.SIGSTOP)
-                for pid in alive:
-                    _signal(pid, signal.SIGKILL)
-                left = wait_gone(list(alive), 10.0)
+                left = process_tree.kill_all(processes)
                 if left:
                     raise ProviderError(f"node {node.id}: processes {left} survived SIGKILL")
             pid_file.unlink(missing_ok=True)
@@ -407,22 +328,47 @@ class LocalProvider(Provider):
         if local.process is None:
             return
         before = len(local.known)
-        for pid in [local.process.pid, *descendants(local.process.pid)]:
-            started = start_time(pid)
-            if started is not None:
-                local.known.setdefault(pid, started)
+        for process in process_tree.tree(local.process.pid):
+            try:
+                local.known.setdefault(process.pid, process.create_time())
+            except psutil.Error:
+                continue  # gone since the walk: nothing to remember
         if len(local.known) != before:
-            atomic_file.write_text(local.pid_file, json.dumps({str(p): s for p, s in local.known.items()}))
+            _write_pids(local)
 
     def _kill(self, local: _LocalNode) -> None:
         if local.process is None:
             return
         self._remember(local)
-        kill_tree(local.process.pid, local.known)
+        processes = [*process_tree.tree(local.process.pid), *process_tree.tagged(local.token)]
+        left = process_tree.kill_all(processes)
         try:
             local.process.wait(10)
         except subprocess.TimeoutExpired as exc:
             raise ProviderError(f"node {local.node.id}: agent {local.process.pid} survived SIGKILL") from exc
-        left = wait_gone(list(local.known), 10.0)
         if left:
             raise ProviderError(f"node {local.node.id}: processes {left} survived SIGKILL")
+
+
+def _write_pids(local: _LocalNode) -> None:
+    """The node's token and the pids seen so far, for a controller that has to reap them after a crash."""
+    record = {"token": local.token, "pids": {str(p): t for p, t in local.known.items()}}
+    atomic_file.write_text(local.pid_file, json.dumps(record))
+
+
+def _recorded(pid_file: Path) -> list[psutil.Process]:
+    """The processes a pid file lists that are still the ones recorded (same start time)."""
+    try:
+        record = json.loads(pid_file.read_text())
+        pids = {int(p): float(t) for p, t in dict(record.get("pids", {})).items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return []
+    found = []
+    for pid, created in pids.items():
+        try:
+            process = psutil.Process(pid)
+            if abs(process.create_time() - created) < 0.01:
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
