@@ -15,6 +15,7 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
+from danlu.extras import MissingExtra
 from planner import __version__
 from planner.errors import PlannerError
 from pricing.errors import PricingError
@@ -30,7 +31,7 @@ EXIT_USAGE = 2
 
 
 # runtime.errors imports nothing heavy, so the CLI can name its base class up front.
-USER_ERRORS = (PlannerError, PricingError, RuntimeFailure)
+USER_ERRORS = (PlannerError, PricingError, RuntimeFailure, MissingExtra)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -88,12 +88,16 @@ def _positive(text: str) -> float:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
+    from danlu.extras import require
     from runtime.control.chaos import parse_chaos
     from runtime.control.controller import Controller, Tuning
     from runtime.control.run_state import new_state, raise_budget
     from runtime.errors import RuntimeFailure
     from runtime.providers import registry
 
+    # The controller reads checkpoints through fsspec; the nodes it starts need torch.
+    require("fsspec", "train", feature="planner run")
+    require("torch", "train", feature="planner run")
     tuning = Tuning(cooldown_minutes=args.cooldown, rdzv_timeout_s=args.rdzv_timeout)
     if args.resume:
         if args.job or args.plan or args.chaos or args.provider:

@@ -50,6 +50,7 @@ from pricing.sources import resolve_catalog
 from runtime.accounting import alerts, forecast
 from runtime.accounting.ledger import IntervalKey, Ledger
 from runtime.accounting.mailer import Mailer
+from runtime.control import checkpoint_owner
 from runtime.control.chaos import ChaosFired, ChaosPlan, parse_chaos
 from runtime.control.clock import Clock, WallClock
 from runtime.control.events import FILENAME as EVENTS_FILE
@@ -191,6 +192,7 @@ class Controller:
                 f"(origin {state.origin}, scale {state.time_scale}). To fix: build it from the run state."
             )
         job = state.job_spec()
+        checkpoint_owner.claim(state.checkpoint_dir, run_dir=str(run_dir.resolve()), job=job.name)
         first = not state.launches and not (run_dir / EVENTS_FILE).exists()
         catalog = resolve_catalog(state.catalog, use_cache=state.use_cache)
         chaos = ChaosPlan(parse_chaos(state.chaos), clock, fired=state.chaos_fired)

@@ -41,6 +41,7 @@ from planner.policy import POLICY_NAMES
 from planner.workload import blend_rate
 from pricing.pool import Pool, PoolError
 from runtime.accounting.ledger import Ledger
+from runtime.control import checkpoint_owner
 from runtime.control.replan import config_rate, raised_rate
 from runtime.errors import RuntimeFailure
 from runtime.providers.base import Node
@@ -539,6 +540,7 @@ def new_state(
             raise RunStateError(f"{plan_path}: cannot read the plan ({exc}). To fix: pass a JSON plan file.") from exc
         state.set_pool(*plan_pool(plan, source=str(plan_path)))
         state.plan = plan.get("plan", plan) if isinstance(plan, dict) else None
+    checkpoint_owner.claim(checkpoint_dir, run_dir=str(run_dir.resolve()), job=job.name)  # the last check
     if not run_dir.exists():  # a directory the user made is theirs to set; one we make is private
         run_dir.mkdir(parents=True)
         run_dir.chmod(PRIVATE_DIR)  # whatever the umask: the run's job, spend and logs are the team's own
