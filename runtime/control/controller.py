@@ -126,6 +126,7 @@ class _LaunchEnd:
     budget_stop: bool = False
     no_capacity: bool = False
     checkpoint_kept: bool = True
+    permanent: bool = False  # a failure a retry would repeat (the checkpoint storage refuses writes)
 
 
 class Controller:
@@ -633,6 +634,7 @@ class Controller:
                   notice: tuple[Node, Notice] | None, failure: str | None = None) -> _LaunchEnd:
         status = self._status(record.launch_id)
         committed = self.store.latest_step() or 0
+        permanent = False
         record.end_step = committed
         self.state.steps = committed
         if failure is not None:
@@ -641,6 +643,9 @@ class Controller:
             outcome, reason = contract.Outcome.COMPLETED, "training completed"
         elif status is not None and status.state == "preempted":
             outcome, reason = contract.Outcome.PREEMPTED, status.reason or "stopped"
+        elif status is not None and status.state == "failed":
+            outcome, reason = contract.Outcome.FAILED, status.reason or "a checkpoint save failed"
+            permanent = True
         elif reclaimed or notice is not None:
             outcome, reason = contract.Outcome.PREEMPTED, "node reclaimed before the workers could checkpoint"
         else:
@@ -658,7 +663,7 @@ class Controller:
             self.state.lost_steps += lost
         self.save()
         kept = status is not None and status.state == "preempted"  # the stop's checkpoint committed
-        return _LaunchEnd(outcome, reason, budget_stop=budget_stop, checkpoint_kept=kept)
+        return _LaunchEnd(outcome, reason, budget_stop=budget_stop, checkpoint_kept=kept, permanent=permanent)
 
     def _estimate_step(self, record: LaunchRecord) -> int:
         """Where a killed launch had got to: training time times the measured speed."""
@@ -697,7 +702,9 @@ class Controller:
             launch = self.state.launches[-1].launch_id if self.state.launches and not end.no_capacity else None
             self.events.emit("failure", launch=launch, cause=end.reason, failures=self.state.failures,
                              max_restarts=limit)
-            if self.state.failures > limit:
+            if end.permanent:
+                self._finish("failed", end.reason)
+            elif self.state.failures > limit:
                 self._finish("failed", f"{end.reason} (failed {self.state.failures} times; [run].max_restarts "
                                        f"= {limit})")
             elif end.no_capacity:

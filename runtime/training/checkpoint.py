@@ -117,13 +117,21 @@ class Checkpointer:
         """Save ``state`` (flat, see :mod:`runtime.training.state_tree`) as ``step-{info.step}``.
 
         Returns the report when ``block`` (or when the writer is synchronous); otherwise
-        None, and the report comes from a later :meth:`poll` or :meth:`wait`. A failed
-        earlier save is logged and does not stop this one.
+        None, and the report comes from a later :meth:`poll` or :meth:`wait` (the session
+        stops training at the first failed one).
+
+        Raises:
+            CheckpointError: the step directory cannot be made, or a blocking save failed.
         """
         started = time.monotonic()
         self.wait()
         if self.rank == 0:
-            self.store.prepare(info.step)
+            try:
+                self.store.prepare(info.step)
+            except _SAVE_ERRORS as exc:  # a read-only or full store, a path too long: say so, once
+                report = self._failed(_Pending(info, started, 0.0, {}, 0, 0, None), exc)
+                self.reports.append(report)
+                raise CheckpointError(f"could not save {self.store.url(info.step)}: {report.error}") from exc
         if self._pg is not None:
             # Nobody may create step-N/ before rank 0 has cleared a leftover of it.
             dist.barrier(group=self._pg)

@@ -35,7 +35,10 @@ it). SIGTERM means the same as ``stop``.
 
 Training process -> controller (``status.json`` in the run dir, written by rank 0)::
 
-    {"state": "running" | "preempted" | "completed", "step": 120, "attempt": "a-3", ...}
+    {"state": "running" | "preempted" | "completed" | "failed", "step": 120, "attempt": "a-3", ...}
+
+``failed`` means a checkpoint could not be saved (``reason`` says why): the launch stopped
+at the first failed save, and retrying on the same storage would fail the same way.
 
 torchrun's exit code cannot tell a preemption from a failure (SIGTERM to the agent gives 1
 however the workers ended), so :func:`classify` decides from this file: ``preempted`` means
@@ -77,7 +80,7 @@ ENV_KEEP_LAST = "DANLU_KEEP_LAST"
 ENV_PG_TIMEOUT_S = "DANLU_PG_TIMEOUT_S"
 
 Resume = Literal["latest", "none"] | int
-RunState = Literal["running", "preempted", "completed"]
+RunState = Literal["running", "preempted", "completed", "failed"]
 Action = Literal["stop", "checkpoint"]
 
 
@@ -232,9 +235,9 @@ def read_status(run_dir: str | os.PathLike[str]) -> RunStatus | None:
             f"{path}: not a valid status file ({exc}). To fix: delete it; the next launch "
             "writes a fresh one."
         ) from exc
-    if status.state not in ("running", "preempted", "completed"):
+    if status.state not in ("running", "preempted", "completed", "failed"):
         raise ContractError(
-            f"{path}: key 'state' is {status.state!r}; expected running, preempted or completed."
+            f"{path}: key 'state' is {status.state!r}; expected running, preempted, completed or failed."
         )
     return status
 

@@ -98,13 +98,18 @@ class Agreement:
     stop: bool
     checkpoint: bool
     loss: float | None
+    save_failed: bool = False
 
 
 def agree(
-    *, stop: bool, checkpoint: bool, loss_sum: float, loss_count: int, group: dist.ProcessGroup
+    *, stop: bool, checkpoint: bool, loss_sum: float, loss_count: int, group: dist.ProcessGroup,
+    save_failed: bool = False,
 ) -> Agreement:
     """One all-reduce for the flags of every rank and the step's mean loss."""
-    values = torch.tensor([float(stop), float(checkpoint), loss_sum, float(loss_count)], dtype=torch.float64)
+    values = torch.tensor(
+        [float(stop), float(checkpoint), loss_sum, float(loss_count), float(save_failed)], dtype=torch.float64
+    )
     dist.all_reduce(values, op=dist.ReduceOp.SUM, group=group)
-    stop_votes, checkpoint_votes, total, count = values.tolist()
-    return Agreement(stop=stop_votes > 0, checkpoint=checkpoint_votes > 0, loss=total / count if count else None)
+    stop_votes, checkpoint_votes, total, count, failed_votes = values.tolist()
+    return Agreement(stop=stop_votes > 0, checkpoint=checkpoint_votes > 0, loss=total / count if count else None,
+                     save_failed=failed_votes > 0)

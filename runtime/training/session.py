@@ -185,6 +185,7 @@ class Session:
         self._last_save_step = self.global_step if self.resumed_from is not None else -1
         self._last_save_time = time.monotonic()
         self._saved_this_launch = False
+        self._save_error: str | None = None
         if ctx.rank == 0:
             self._write_status("running", reason=None)
         self._signals = StopSignals()
@@ -223,6 +224,8 @@ class Session:
         try:
             if exc_type is None:
                 self._finish()
+            elif isinstance(exc, CheckpointError) and self._ctx.rank == 0:
+                self._write_status("failed", reason=str(exc))
         finally:
             self._signals.restore()
             try:
@@ -338,8 +341,16 @@ class Session:
             loss_sum=loss_sum,
             loss_count=count,
             group=self._ctx.control_group,
+            save_failed=self._save_error is not None,
         )
         self.loss = agreed.loss
+        if agreed.save_failed:
+            # Every later save would fail the same way (read-only, full, a path too long):
+            # training on would only lose the work at the end.
+            raise CheckpointError(
+                f"checkpoint save failed: {self._save_error or 'on another rank (see its log)'}. To fix: make "
+                f"{self.checkpoint_dir} writable with room for a checkpoint, then run again."
+            )
         request_id = request.id if request is not None else None
         if agreed.stop:
             # Saved when the next batch is asked for, so the caller's code for this step
@@ -391,6 +402,8 @@ class Session:
         fresh = self._checkpointer.reports[self._observed :]
         self._observed += len(fresh)
         for report in fresh:
+            if not report.ok and self._save_error is None:
+                self._save_error = report.error or "unknown error"
             if report.ok and self._estimator is not None:
                 self._estimator.observe(stall_s=report.stall_s, write_s=report.write_s)
                 log.debug("checkpoint interval now %.1fs", self._estimator.interval_s)
