@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +138,13 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     view = _View(console)
     controller = Controller.open(run_dir, tuning=tuning, on_event=view.event, on_progress=view.progress)
     with view:
-        summary = controller.run()
+        try:
+            summary = controller.run()
+        except (OSError, sqlite3.Error) as exc:  # the run directory refused a write (read-only, full)
+            raise RuntimeFailure(
+                f"{run_dir}: the run directory could not be written ({type(exc).__name__}: {exc}); its nodes were "
+                f"released. To fix: make it writable (and give it room), then `planner run --resume {run_dir}`."
+            ) from None
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

@@ -34,6 +34,7 @@ controller sees only notices and node states.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -117,6 +118,9 @@ ProviderChoice = Provider | Callable[[ProviderContext], Provider] | None
 :class:`ProviderContext` (so it carries out the run's chaos plan on the run's clock), one
 built already (with whatever faults it was built with), or None for the registered
 provider the run state names."""
+
+
+log = logging.getLogger("runtime.control.controller")
 
 
 @dataclass(slots=True)
@@ -271,7 +275,10 @@ class Controller:
         except Exception:
             # The alert could not go out (the same fault, say): the end state must still land.
             self.state.status, self.state.cause = status, cause
-            self.save()
+            try:
+                self.save()
+            except RunStateError:
+                log.exception("the end state (%s) could not be written", status)  # _close still releases
 
     def _close(self) -> dict[str, Any]:
         error: Exception | None = None

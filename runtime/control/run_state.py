@@ -330,7 +330,22 @@ def _errors(exc: ValidationError) -> str:
 
 
 def save_state(run_dir: str | Path, state: RunState) -> None:
-    atomic_file.write_text(Path(run_dir) / STATE_FILE, state.to_json(), mode=PRIVATE_FILE)
+    """Write ``state.json`` atomically.
+
+    Raises:
+        RunStateError: it cannot be written (a read-only or full disk), naming the fix.
+    """
+    _write_private(Path(run_dir) / STATE_FILE, state.to_json())
+
+
+def _write_private(path: Path, text: str) -> None:
+    try:
+        atomic_file.write_text(path, text, mode=PRIVATE_FILE)
+    except OSError as exc:
+        raise RunStateError(
+            f"{path}: cannot be written ({type(exc).__name__}: {exc}). To fix: make the run directory writable "
+            f"(and give it room), then continue with `planner run --resume {path.parent}`."
+        ) from None
 
 
 def load_state(run_dir: str | Path) -> RunState:
@@ -381,7 +396,7 @@ def raise_budget(run_dir: str | Path, budget_usd: float) -> RunState:
 
 def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> Path:
     path = Path(run_dir) / SUMMARY_FILE
-    atomic_file.write_text(path, json.dumps(summary, indent=2, sort_keys=False) + "\n", mode=PRIVATE_FILE)
+    _write_private(path, json.dumps(summary, indent=2, sort_keys=False) + "\n")
     return path
 
 
