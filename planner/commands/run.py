@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,17 @@ def _positive(text: str) -> float:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
+    # Everything a run writes (state, spend, logs, checkpoints, its local nodes' files) is the
+    # team's own, whatever umask the shell has.
+    umask = os.umask(0o077)
+    os.umask(umask | 0o077)
+    try:
+        return _run(args, console)
+    finally:
+        os.umask(umask)
+
+
+def _run(args: argparse.Namespace, console: Console) -> int:
     from danlu.extras import require
     from runtime.control.chaos import parse_chaos
     from runtime.control.controller import Controller, Tuning

@@ -494,12 +494,12 @@ class Ledger:
 
 def _connect(path: Path) -> sqlite3.Connection:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not path.exists():
-            # Create the file ourselves so its mode does not depend on the umask;
-            # SQLite gives the -wal and -shm files the same permissions.
-            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
-            os.fchmod(fd, 0o644)
+            # Create the file ourselves so its mode does not depend on the umask (the
+            # team's spend is its own); SQLite gives the -wal and -shm files the same.
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+            os.fchmod(fd, 0o600)
             os.close(fd)
         db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
     except (OSError, sqlite3.Error) as exc:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -555,9 +556,15 @@ def new_state(
             raise RunStateError(f"{plan_path}: cannot read the plan ({exc}). To fix: pass a JSON plan file.") from exc
         state.set_pool(*plan_pool(plan, source=str(plan_path)))
         state.plan = plan.get("plan", plan) if isinstance(plan, dict) else None
-    checkpoint_owner.claim(checkpoint_dir, run_dir=str(run_dir.resolve()), job=job.name)  # the last check
-    if not run_dir.exists():  # a directory the user made is theirs to set; one we make is private
+    made = not run_dir.exists()
+    if made:  # a directory the user made is theirs to set; one we make is private
         run_dir.mkdir(parents=True)
         run_dir.chmod(PRIVATE_DIR)  # whatever the umask: the run's job, spend and logs are the team's own
+    try:
+        checkpoint_owner.claim(checkpoint_dir, run_dir=str(run_dir.resolve()), job=job.name)  # the last check
+    except checkpoint_owner.CheckpointDirTaken:
+        if made:
+            shutil.rmtree(run_dir, ignore_errors=True)  # a refused run leaves nothing behind
+        raise
     save_state(run_dir, state)
     return state

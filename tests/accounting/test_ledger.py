@@ -139,12 +139,12 @@ def test_alert_keys_are_remembered_across_reopen(tmp_path):
 
 def test_file_mode_journal_and_sync(tmp_path):
     run_dir = tmp_path / "runs" / "one"
-    old = os.umask(0o077)
+    old = os.umask(0)
     try:
         ledger = Ledger(run_dir)
     finally:
         os.umask(old)
-    assert stat.S_IMODE((run_dir / FILENAME).stat().st_mode) == 0o644
+    assert stat.S_IMODE((run_dir / FILENAME).stat().st_mode) == 0o600
     assert ledger._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert ledger._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL: fsync at every commit
 

@@ -43,7 +43,7 @@ def test_an_entry_point_adds_a_provider_in_one_line(monkeypatch, tmp_path: Path)
     [
         ("no_such_module_xyz:Provider", "cannot be loaded: No module named 'no_such_module_xyz'"),
         ("runtime.providers.local:Nope", "cannot be loaded"),
-        ("runtime.providers.local:children", "is not a runtime.providers.base.Provider subclass"),
+        ("runtime.providers.local:torchrun_argv", "is not a runtime.providers.base.Provider subclass"),
     ],
 )
 def test_a_provider_that_cannot_load_is_refused_by_name(monkeypatch, value: str, message: str) -> None:
