@@ -9,6 +9,14 @@ the providers (node start times, scheduled reclaims) and the fake provider's wor
 (their ``status.json`` times). :class:`WallClock` reads the system clock and sleeps for
 real; :class:`ManualClock` starts at ``origin`` and moves only when someone sleeps on it,
 so a test of a six-hour run takes milliseconds and gives the same answer every time.
+
+A simulated run (scale > 1 on this machine) can *pause* its simulated time: while this
+host starts the workers of a launch, simulated time stands still (:meth:`Clock.pause`,
+:meth:`Clock.resume`). A cloud's start-up is already in the plan (``restart_minutes``);
+the host's would otherwise be billed ``scale`` times over and eat the deadline -- 15 s
+of a busy laptop's torchrun start-up is 15 simulated minutes at ``--time-scale 60``.
+Pauses are wall intervals, kept in the run state, so a resumed controller maps every
+past real time to the same simulated time.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ class Clock(abc.ABC):
             raise ValueError(f"clock scale {scale!r} must be > 0")
         self.origin = float(origin)
         self.scale = float(scale)
+        self.pauses: list[list[float | None]] = []
+        """Real intervals ``[start, end]`` in which simulated time stood still (end None: still paused)."""
 
     @abc.abstractmethod
     def wall(self) -> float:
@@ -49,7 +59,26 @@ class Clock(abc.ABC):
         return self.sim(self.wall())
 
     def sim(self, real: float) -> float:
-        return self.origin + (real - self.origin) * self.scale
+        paused = 0.0
+        for start, end in self.pauses:
+            assert start is not None
+            if start < real:
+                paused += min(real, end if end is not None else real) - start
+        return self.origin + (real - self.origin - paused) * self.scale
+
+    @property
+    def paused(self) -> bool:
+        return bool(self.pauses) and self.pauses[-1][1] is None
+
+    def pause(self) -> None:
+        """Stop simulated time from now until :meth:`resume` (a no-op while paused)."""
+        if not self.paused:
+            self.pauses.append([self.wall(), None])
+
+    def resume(self) -> None:
+        """Let simulated time run again (a no-op when not paused)."""
+        if self.paused:
+            self.pauses[-1][1] = max(self.wall(), float(self.pauses[-1][0] or 0.0))
 
     def elapsed_hours(self) -> float:
         return (self.now() - self.origin) / 3600.0

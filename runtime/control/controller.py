@@ -191,6 +191,8 @@ class Controller:
         if state.status != "running":
             raise RunStateError(f"{run_dir}: the run already ended ({state.status}); nothing to resume.")
         clock = clock or WallClock(state.origin, state.time_scale)
+        clock.pauses = [list(p) for p in state.clock_pauses]
+        clock.resume()  # a controller that died while its nodes started: time runs again now
         if (clock.origin, clock.scale) != (state.origin, state.time_scale):
             raise RunStateError(
                 f"{run_dir}: the clock given (origin {clock.origin}, scale {clock.scale}) is not the run's "
@@ -222,6 +224,7 @@ class Controller:
 
     # -- lifecycle ------------------------------------------------------------------------
     def save(self) -> None:
+        self.state.clock_pauses = [(start, end) for start, end in self.clock.pauses]
         save_state(self.run_dir, self.state)
 
     def run(self) -> dict[str, Any]:
@@ -405,6 +408,14 @@ class Controller:
         assert pool is not None and count is not None
         launch_id = f"l-{len(self.state.launches) + 1}"
         start_step = self.store.latest_step() or 0
+        if self.provider.host_startup and self.clock.scale > 1:
+            self.clock.pause()  # until the workers train: this host's start-up is not the cloud's
+        try:
+            return self._provision_and_follow(pool, count, launch_id, start_step)
+        finally:
+            self.clock.resume()
+
+    def _provision_and_follow(self, pool: Pool, count: int, launch_id: str, start_step: int) -> _LaunchEnd:
         try:
             nodes = self.provider.provision(pool, nodes=count, launch_id=launch_id)
         except ProviderError as exc:
@@ -468,6 +479,7 @@ class Controller:
             if record.training_at is None:
                 status = self._status(record.launch_id)
                 if status is not None and status.state == "running":
+                    self.clock.resume()
                     record.training_at = self.clock.sim(status.updated_at)
                     record.training_step = status.step
                     self.events.emit("training", launch=record.launch_id, step=status.step,

@@ -188,6 +188,7 @@ class RunState(_Model):
     checkpoint_dir: str = Field(min_length=1)
     origin: Finite
     time_scale: float = Field(gt=0, allow_inf_nan=False)
+    clock_pauses: list[tuple[Finite, Finite | None]] = Field(default_factory=list)
     policy: str
     use_cache: bool = True
     chaos: list[str] = Field(default_factory=list)

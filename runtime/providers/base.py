@@ -166,6 +166,9 @@ class Provider(abc.ABC):
     name: str
     remote: bool = False
     """True when the nodes are other machines: the checkpoint dir must then be an object-store URL."""
+    host_startup: bool = False
+    """True when the nodes start on this machine: a simulated run (time scale > 1) does not bill
+    their start-up (see :mod:`runtime.control.clock`)."""
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:

@@ -119,6 +119,7 @@ class LocalProvider(Provider):
     """
 
     name = "local"
+    host_startup = True
 
     def __init__(
         self, state_dir: str | Path, *, time_scale: float = 1.0, clock: Clock | None = None,
