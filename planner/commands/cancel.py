@@ -54,7 +54,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     run_dir: Path = args.run_dir
     state = load_state(run_dir)
     if state.status != "running":
-        console.print(f"{escape(str(run_dir))}: the run already ended ({state.status}); nothing to cancel.")
+        console.print(f"{escape(str(run_dir))}: the run already ended ({state.status}); nothing to cancel.",
+                      soft_wrap=True)
         return 0
     live = detach.liveness(run_dir)
     if live.record is not None and live.other_host:
@@ -64,7 +65,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         )
     if live.alive and live.record is not None and detach.signal_controller(live.record, signal.SIGTERM):
         console.print(f"asked the controller (pid {live.record.pid}) to stop: the workers checkpoint, then every "
-                      "node is released")
+                      "node is released", soft_wrap=True)
         if not _wait(run_dir, live.record, args.timeout, console):
             console.print(f"[red]the controller (pid {live.record.pid}) has not stopped after {args.timeout:g} s[/]; "
                           f"it goes on stopping. Watch it with `planner logs {escape(str(run_dir))} --follow`, or "
@@ -110,7 +111,7 @@ def _end_orphan(run_dir: Path, console: Console) -> None:
     from runtime.control import detach
     from runtime.control.controller import Controller
 
-    console.print("the run's controller is gone: releasing its nodes and ending the run here")
+    console.print("the run's controller is gone: releasing its nodes and ending the run here", soft_wrap=True)
     with detach.ControllerLock(run_dir):  # no controller may start on it meanwhile
         Controller.open(run_dir).cancel("cancelled (planner cancel; its controller was gone)")
 
@@ -124,6 +125,7 @@ def _outcome(run_dir: Path, console: Console) -> None:
     except (OSError, ValueError):
         summary = {}
     cost = f", ${summary['cost_usd']:,.4f} spent" if "cost_usd" in summary else ""
-    console.print(f"{escape(str(run_dir))}: {state.status} at step {state.steps}{cost}; every node released.")
+    console.print(f"{escape(str(run_dir))}: {state.status} at step {state.steps}{cost}; every node released.",
+                  soft_wrap=True)
     if state.status == "cancelled":
-        console.print(f"continue it with `planner run --resume {escape(str(run_dir))}`")
+        console.print(f"continue it with `planner run --resume {escape(str(run_dir))}`", soft_wrap=True)

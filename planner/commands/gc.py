@@ -99,7 +99,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     elif not args.yes:
         more = f" --runs-dir {escape(str(args.runs_dir))}" if args.runs_dir else ""
         console.print(f"dry run: nothing deleted. To delete these {len(orphans)} instance(s): "
-                      f"`planner gc --yes{more}`")
+                      f"`planner gc --yes{more}`", soft_wrap=True)
     else:
         failed.extend(_delete(clouds, orphans, console))
     return EXIT_CLOUD_ERROR if failed else 0

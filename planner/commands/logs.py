@@ -60,7 +60,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     state = load_state(run_dir)
     if state.status == "running":
         console.print(f"the controller exited before the run ended; continue it with "
-                      f"`planner run --resume {run_dir}`")
+                      f"`planner run --resume {run_dir}`", soft_wrap=True)
         return EXIT_CONTROLLER_GONE
     return 0
 

@@ -174,7 +174,8 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         except KeyboardInterrupt as exc:  # the controller checkpointed, released and wrote the summary
             summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
             _render_summary(summary, console)
-            console.print(f"stopped at step {summary['steps']}; continue it with `planner run --resume {run_dir}`")
+            console.print(f"stopped at step {summary['steps']}; continue it with `planner run --resume {run_dir}`",
+                          soft_wrap=True)  # a command to paste: never broken across lines
             return 143 if isinstance(exc, detach.Cancelled) else 130
         finally:
             if main_thread:
@@ -203,10 +204,11 @@ def _detach(run_dir: Path, args: argparse.Namespace, console: Console) -> int:
     record = detach.start_detached(run_dir, extra)
     where = f"pid {record.pid}" if record is not None else "still starting"
     console.print(f"run directory: {run_dir}")
-    console.print(f"controller: in the background ({where}); its log: {run_dir / detach.LOG_FILE}")
-    console.print(f"  follow it:   planner logs {run_dir} --follow")
-    console.print(f"  where it is: planner status {run_dir}")
-    console.print(f"  stop it:     planner cancel {run_dir}   (continue later: planner run --resume {run_dir})")
+    console.print(f"controller: in the background ({where}); its log: {run_dir / detach.LOG_FILE}", soft_wrap=True)
+    console.print(f"  follow it:   planner logs {run_dir} --follow", soft_wrap=True)
+    console.print(f"  where it is: planner status {run_dir}", soft_wrap=True)
+    console.print(f"  stop it:     planner cancel {run_dir}   (continue later: planner run --resume {run_dir})",
+                  soft_wrap=True)
     return 0
 
 

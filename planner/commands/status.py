@@ -73,7 +73,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     for view in views:
         controller = _controller_text(view)
         if controller:
-            console.print(f"{escape(view.run_dir.name)}: {controller}", highlight=False)
+            console.print(f"{escape(view.run_dir.name)}: {controller}", highlight=False, soft_wrap=True)
     for path, error in broken:
         console.print(f"[red]unreadable[/] {escape(path.name)}: {escape(error)}", highlight=False)
     if not runs:
