@@ -224,7 +224,8 @@ def start_detached(run_dir: Path, extra_args: Sequence[str] = (), *, wait_s: flo
         code = child.poll()
         if code is not None:
             raise DetachError(f"the background controller exited ({code}) before it started the run:\n"
-                              f"{tail(log_path, 10)}\n(the whole log: {log_path})")
+                              f"{tail(log_path, 10)}\n(the whole log: {log_path}). To fix: remove the cause, then "
+                              f"`planner run --resume {run_dir} --detach`.")
         time.sleep(0.1)
     return None
 
