@@ -10,7 +10,9 @@ import argparse
 import datetime as dt
 import json
 import os
+import signal
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +54,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "every node and follow it: on an interruption notice the workers checkpoint at once, the node is "
             "released and the job is re-planned with the work, budget and deadline that remain. Everything is "
             "recorded in the run directory (events.jsonl, ledger.sqlite, state.json, summary.json); "
-            "`planner run --resume DIR` continues a run whose controller was killed. See docs/run.md."
+            "`planner run --resume DIR` continues a run whose controller was killed or that was cancelled "
+            "(Ctrl-C, `planner cancel`). With --detach the controller runs in the background: follow it with "
+            "`planner logs DIR --follow`, stop it with `planner cancel DIR`. One controller per run directory. "
+            "See docs/run.md."
         ),
     )
     p.add_argument("job", metavar="JOB", nargs="?", help="path of the job.toml file (omit with --resume)")
     p.add_argument("--plan", metavar="PLAN.json", help="follow this plan (`planner quote --json` output)")
     p.add_argument("--run-dir", metavar="DIR", help="where the run keeps its files (default runs/<job>-<time>)")
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR after the controller died")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue the run in RUN_DIR after its controller died or it was cancelled "
+                        "(from its last committed checkpoint)")
+    p.add_argument("--detach", action="store_true",
+                   help="start the controller in the background and return at once (its output goes to "
+                        "RUN_DIR/controller.log; see `planner logs`, `planner cancel`, `planner status`)")
     p.add_argument("--budget-usd", type=float, metavar="USD",
                    help="with --resume: a larger budget, to finish a run the hard budget cap stopped")
     p.add_argument("--provider", metavar="NAME",
@@ -102,9 +112,15 @@ def handle(args: argparse.Namespace, console: Console) -> int:
 
 def _run(args: argparse.Namespace, console: Console) -> int:
     from danlu.extras import require
+    from runtime.control import detach
     from runtime.control.chaos import parse_chaos
     from runtime.control.controller import Controller, Tuning
-    from runtime.control.run_state import new_state, raise_budget
+    from runtime.control.run_state import (
+        load_state,
+        new_state,
+        raise_budget,
+        reopen_cancelled,
+    )
     from runtime.errors import RuntimeFailure
     from runtime.providers import registry
 
@@ -112,14 +128,27 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     require("fsspec", "train", feature="planner run")
     require("torch", "train", feature="planner run")
     tuning = Tuning(cooldown_minutes=args.cooldown, rdzv_timeout_s=args.rdzv_timeout)
+    lock: detach.ControllerLock | None = None
     if args.resume:
         if args.job or args.plan or args.chaos or args.provider:
             raise RuntimeFailure(
                 "--resume continues a run as it was started; do not pass JOB, --plan, --chaos or --provider"
             )
         run_dir = Path(args.resume)
-        if args.budget_usd is not None:
-            raise_budget(run_dir, args.budget_usd)
+        load_state(run_dir)  # no run there: say so before anything else
+        # One controller per run: refused here (exit 2) while another holds the run's lock, and
+        # taken before the state changes, so two resumes cannot both reopen it.
+        lock = detach.ControllerLock(run_dir).acquire()
+        try:
+            if args.budget_usd is not None:
+                raise_budget(run_dir, args.budget_usd)
+            if reopen_cancelled(run_dir) is not None:
+                console.print(f"continuing the cancelled run from step {load_state(run_dir).steps}")
+            if args.detach:
+                lock.release()  # the background controller takes it
+        except BaseException:
+            lock.release()
+            raise
     else:
         if args.budget_usd is not None:
             raise RuntimeFailure("--budget-usd goes with --resume RUN_DIR; for a new run set [constraints] budget_usd")
@@ -146,22 +175,63 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         new_state(job_path=Path(args.job), job=job, run_dir=run_dir, catalog=args.catalog, provider=provider,
                   time_scale=args.time_scale, policy=args.policy, chaos=args.chaos,
                   plan_path=Path(args.plan) if args.plan else None, use_cache=not args.no_cache)
-    console.print(f"run directory: {run_dir}")
-    view = _View(console)
-    controller = Controller.open(run_dir, tuning=tuning, on_event=view.event, on_progress=view.progress)
-    with view:
+    if args.detach:
+        return _detach(run_dir, args, console)
+    if lock is None:
+        lock = detach.ControllerLock(run_dir).acquire()
+    with lock:
+        console.print(f"run directory: {run_dir}")
+        view = _View(console)
+        controller = Controller.open(run_dir, tuning=tuning, on_event=view.event, on_progress=view.progress)
+        main_thread = threading.current_thread() is threading.main_thread()  # where signals can be handled
+        previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None  # `planner cancel`
         try:
-            summary = controller.run()
+            with view:
+                summary = controller.run()
         except (OSError, sqlite3.Error) as exc:  # the run directory refused a write (read-only, full)
             raise RuntimeFailure(
                 f"{run_dir}: the run directory could not be written ({type(exc).__name__}: {exc}); its nodes were "
                 f"released. To fix: make it writable (and give it room), then `planner run --resume {run_dir}`."
             ) from None
+        except KeyboardInterrupt as exc:  # the controller checkpointed, released and wrote the summary
+            summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+            _render_summary(summary, console)
+            console.print(f"stopped at step {summary['steps']}; continue it with `planner run --resume {run_dir}`",
+                          soft_wrap=True)  # a command to paste: never broken across lines
+            return 143 if isinstance(exc, detach.Cancelled) else 130
+        finally:
+            if main_thread:
+                signal.signal(signal.SIGTERM, previous)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         _render_summary(summary, console)
     return 0 if summary["status"] == "completed" else EXIT_NOT_COMPLETED
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    from runtime.control.detach import Cancelled
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one stop at a time: the release must not be cut short
+    raise Cancelled("stopped by SIGTERM (planner cancel)")
+
+
+def _detach(run_dir: Path, args: argparse.Namespace, console: Console) -> int:
+    """Start the run's controller in the background, say where it is, return at once."""
+    from runtime.control import detach
+
+    extra = ["--cooldown", repr(args.cooldown), "--rdzv-timeout", repr(args.rdzv_timeout)]
+    if args.json:
+        extra.append("--json")
+    record = detach.start_detached(run_dir, extra)
+    where = f"pid {record.pid}" if record is not None else "still starting"
+    console.print(f"run directory: {run_dir}")
+    console.print(f"controller: in the background ({where}); its log: {run_dir / detach.LOG_FILE}", soft_wrap=True)
+    console.print(f"  follow it:   planner logs {run_dir} --follow", soft_wrap=True)
+    console.print(f"  where it is: planner status {run_dir}", soft_wrap=True)
+    console.print(f"  stop it:     planner cancel {run_dir}   (continue later: planner run --resume {run_dir})",
+                  soft_wrap=True)
+    return 0
 
 
 class _View:

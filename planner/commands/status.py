@@ -19,7 +19,10 @@ Show one run: its state, progress, steps, spend (from the ledger), forecast tota
 against the deadline, current pool, preemptions and re-plans. Without RUN_DIR, list every
 run under the runs directory ($DANLU_RUNS_DIR, else ./runs, where `planner run` puts them);
 a RUN_DIR that holds runs rather than being one is listed the same way. A run still in
-progress is shown from its state, events and ledger. See docs/report.md."""
+progress is shown from its state, events and ledger, with its controller: "running
+(controller pid N)" while it lives, "controller gone" with the `planner run --resume`
+that continues it otherwise (detached runs: `planner logs`, `planner cancel`). See
+docs/report.md and docs/run.md."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -47,9 +50,13 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if runs is None:
         view = load_run(args.run_dir)
         if args.json:
-            print(json.dumps(view.to_dict(), indent=2))
+            print(json.dumps(_with_controller(view), indent=2))
         else:
-            console.print(figures_table(view))
+            table = figures_table(view)
+            controller = _controller_text(view)
+            if controller:
+                table.add_row("Controller", controller)
+            console.print(table)
         return 0
     views, broken = [], []
     for path in runs:
@@ -58,13 +65,48 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         except RuntimeFailure as exc:  # one broken run must not hide the others
             broken.append((path, str(exc)))
     if args.json:
-        rows = [view.to_dict() for view in views] + [{"run_dir": str(p), "error": e} for p, e in broken]
+        rows = [_with_controller(view) for view in views] + [{"run_dir": str(p), "error": e} for p, e in broken]
         print(json.dumps(rows, indent=2))
         return 0
     if views:
         console.print(status_table(views, width=console.width))
+    for view in views:
+        controller = _controller_text(view)
+        if controller:
+            console.print(f"{escape(view.run_dir.name)}: {controller}", highlight=False, soft_wrap=True)
     for path, error in broken:
         console.print(f"[red]unreadable[/] {escape(path.name)}: {escape(error)}", highlight=False)
     if not runs:
         console.print(f"no runs under {os.fspath(root)} yet (a run directory holds a state.json)")
     return 0
+
+
+def _controller_text(view) -> str | None:
+    """What is known of a running run's controller (None: the run ended, or nothing is recorded)."""
+    from runtime.control import detach
+
+    if not view.running:
+        return None
+    live = detach.liveness(view.run_dir)
+    if live.record is None:
+        return None
+    run_dir = escape(str(view.run_dir))
+    if live.other_host:
+        return f"controller pid {live.record.pid} on {escape(live.record.host)} (not checked from here)"
+    if live.alive:
+        log = view.run_dir / detach.LOG_FILE
+        follow = f"; follow it: `planner logs {run_dir} --follow`" if log.exists() else ""
+        return f"running (controller pid {live.record.pid}){follow}"
+    return f"[red]controller gone[/] -- continue it: `planner run --resume {run_dir}`"
+
+
+def _with_controller(view) -> dict:
+    from runtime.control import detach
+
+    row = view.to_dict()
+    live = detach.liveness(view.run_dir)
+    row["controller"] = None if live.record is None else {
+        "pid": live.record.pid, "host": live.record.host, "alive": live.alive,
+        "log": str(view.run_dir / detach.LOG_FILE) if (view.run_dir / detach.LOG_FILE).exists() else None,
+    }
+    return row

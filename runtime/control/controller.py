@@ -110,6 +110,7 @@ class Tuning:
     shutdown_timeout_s: float = 10.0
     cooldown_minutes: float = 30.0
     startup_grace_s: float = 120.0
+    cancel_timeout_s: float = 60.0  # on Ctrl-C / planner cancel: how long the workers get to checkpoint
     hold_nodes: tuple[int, ...] = ()
 
 
@@ -245,8 +246,8 @@ class Controller:
                     self._choose_pool(preempted=None, reason="start")
                     continue
                 self._after(self._launch_and_follow())
-        except KeyboardInterrupt:
-            self._end_after_error("cancelled", "interrupted (Ctrl-C)")
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM from `planner cancel` (detach.Cancelled)
+            self._cancel(str(exc) or "interrupted (Ctrl-C)")
             raise
         except BaseException as exc:
             self._end_after_error("failed", f"controller error: {type(exc).__name__}: {exc}")
@@ -269,6 +270,42 @@ class Controller:
             return self.store.read_manifest(latest).reason == "final"
         except CheckpointError:
             return False
+
+    def cancel(self, cause: str) -> dict[str, Any]:
+        """End a run whose controller is gone "cancelled", without running it: release the nodes it
+        left (asking live workers to checkpoint first) and write the summary. Returns the summary."""
+        try:
+            record = self.state.current
+            if record is not None:
+                self._recover()
+                if self.state.status == "running":
+                    record.outcome, record.reason = "cancelled", cause
+            self._end_after_error("cancelled", cause)
+        finally:
+            summary = self._close()
+        return summary
+
+    def _cancel(self, cause: str) -> None:
+        """Stop on Ctrl-C / SIGTERM: workers checkpoint, every node is released, the run ends
+        "cancelled" at its committed step (``planner run --resume`` continues it)."""
+        record = self.state.current
+        try:
+            if record is not None and self.state.status == "running":
+                if self._worker_state(record.launch_id) == "running":
+                    self._request("stop", f"{cause}: checkpoint before the nodes are released")
+                    deadline = self.clock.monotonic() + self.tuning.cancel_timeout_s
+                    nodes = record.node_objects()
+                    while self.clock.monotonic() < deadline and self._worker_state(record.launch_id) == "running":
+                        if any(st.state in (NodeState.EXITED, NodeState.RECLAIMED) for st in self.provider.poll(nodes)):
+                            break  # a node went down: no checkpoint is coming
+                        self.clock.sleep(self.tuning.poll_s)
+                self._release(record, record.node_objects(), reason="cancelled")
+                record.end_step = self.store.latest_step() or 0
+                record.outcome, record.reason = "cancelled", cause
+        except KeyboardInterrupt:
+            pass  # a second Ctrl-C: skip the checkpoint; _close still releases the nodes
+        finally:  # also after an error (it propagates): the run must not stay "running"
+            self._end_after_error("cancelled", cause)
 
     def _end_after_error(self, status: str, cause: str) -> None:
         if self.state.status != "running":
@@ -306,6 +343,7 @@ class Controller:
         return summary
 
     def _finish(self, status: str, cause: str | None = None) -> None:
+        self.state.steps = max(self.state.steps, self.store.latest_step() or 0)  # the step really reached
         self.state.status = status
         self.state.cause = cause
         self.save()

@@ -60,6 +60,7 @@ __all__ = [
     "new_state",
     "plan_pool",
     "raise_budget",
+    "reopen_cancelled",
     "save_state",
     "units_per_step",
     "work_done_units",
@@ -391,6 +392,21 @@ def raise_budget(run_dir: str | Path, budget_usd: float) -> RunState:
         state.job = {**state.job, "constraints": {**state.job.get("constraints", {}), "budget_usd": budget_usd}}
     except ValidationError as exc:
         raise RunStateError(f"--budget-usd {budget_usd:g}: {_errors(exc)}; the run was left as it was.") from None
+    state.status, state.cause = "running", None
+    save_state(run_dir, state)
+    return state
+
+
+def reopen_cancelled(run_dir: str | Path) -> RunState | None:
+    """Reopen a run stopped by Ctrl-C or ``planner cancel``, so ``--resume`` continues it from its
+    last committed checkpoint (from step 0 when none committed); None when it was not cancelled.
+
+    Its nodes were released when it was cancelled and its ledger is closed, so nothing is billed
+    twice: the resumed run plans, provisions and bills afresh from now.
+    """
+    state = load_state(run_dir)
+    if state.status != "cancelled":
+        return None
     state.status, state.cause = "running", None
     save_state(run_dir, state)
     return state

@@ -1,0 +1,151 @@
+"""`planner cancel RUN_DIR`: stop a run cleanly (checkpoint, release every node, summary).
+
+A live controller gets SIGTERM -- only the process recorded in ``RUN_DIR/controller.json``,
+verified by its pid *and* start time -- and stops as on Ctrl-C; this command waits until
+it has. A run whose controller is gone is ended here: its nodes are released through the
+provider (``release_stale``) and its summary written. Either way the run ends
+"cancelled" and ``planner run --resume RUN_DIR`` continues it from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+DESCRIPTION = """\
+Stop a run cleanly: the workers checkpoint, every node is released and billing stops, and
+the summary is written; the run ends "cancelled". A running controller (detached or in
+another terminal) is sent SIGTERM -- the process recorded in RUN_DIR/controller.json,
+checked by pid and start time, never by name -- and handles it like Ctrl-C; cancel waits
+(up to --timeout) until it is done. If the controller is gone (killed, machine rebooted),
+cancel releases the nodes it left itself. Continue a cancelled run later with
+`planner run --resume RUN_DIR`. See docs/run.md."""
+
+EXIT_NOT_STOPPED = 1
+PROGRESS_EVERY_S = 5.0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("cancel", help="stop a run cleanly: checkpoint, release its nodes, write the summary",
+                              description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="the run directory `planner run` printed")
+    p.add_argument("--timeout", type=_positive, default=300.0, metavar="SECONDS",
+                   help="how long to wait for the controller to stop (default 300; it goes on stopping after)")
+    p.set_defaults(handler=handle)
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be greater than 0")
+    return value
+
+
+def handle(args: argparse.Namespace, console: Console) -> int:
+    from runtime.control import detach
+    from runtime.control.run_state import load_state
+
+    run_dir: Path = args.run_dir
+    state = load_state(run_dir)
+    if state.status != "running":
+        console.print(f"{escape(str(run_dir))}: the run already ended ({state.status}); nothing to cancel.",
+                      soft_wrap=True)
+        return 0
+    live = detach.liveness(run_dir)
+    if live.record is not None and live.other_host:
+        raise detach.DetachError(
+            f"{run_dir}: its controller runs on {live.record.host} (pid {live.record.pid}); run `planner cancel` "
+            "there."
+        )
+    if live.alive and live.record is not None and detach.signal_controller(live.record, signal.SIGTERM):
+        console.print(f"asked the controller (pid {live.record.pid}) to stop: the workers checkpoint, then every "
+                      "node is released", soft_wrap=True)
+        if not _wait(run_dir, live.record, args.timeout, console):
+            console.print(f"[red]the controller (pid {live.record.pid}) has not stopped after {args.timeout:g} s[/]; "
+                          f"it goes on stopping. Watch it with `planner logs {escape(str(run_dir))} --follow`, or "
+                          "cancel again later.")
+            return EXIT_NOT_STOPPED
+        if load_state(run_dir).status == "running":  # it died before ending the run: end it here
+            _end_orphan(run_dir, console)
+    else:
+        _end_orphan(run_dir, console)
+    _outcome(run_dir, console)
+    return 0
+
+
+def _wait(run_dir: Path, record, timeout_s: float, console: Console) -> bool:
+    """Wait until the controller has exited or ended the run and written its summary, saying what it
+    does every few seconds; False on timeout."""
+    from runtime.control import detach
+
+    began = time.monotonic()
+    said = began
+    while detach.is_alive(record) and not _ended(run_dir):
+        now = time.monotonic()
+        if now - began > timeout_s:
+            return False
+        if now - said >= PROGRESS_EVERY_S:
+            said = now
+            console.print(f"  stopping ({now - began:.0f} s): {escape(_last_event(run_dir))}")
+        time.sleep(0.2)
+    return True
+
+
+def _ended(run_dir: Path) -> bool:
+    """The run state says it ended and a summary written since says the same (a resumed run keeps the
+    summary of its earlier end until the controller writes the new one, after the release)."""
+    from runtime.control.run_state import (
+        STATE_FILE,
+        SUMMARY_FILE,
+        RunStateError,
+        load_state,
+    )
+
+    try:
+        status = load_state(run_dir).status
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+        fresh = (run_dir / SUMMARY_FILE).stat().st_mtime_ns >= (run_dir / STATE_FILE).stat().st_mtime_ns
+    except (RunStateError, OSError, ValueError):
+        return False
+    return status != "running" and fresh and summary.get("status") == status
+
+
+def _last_event(run_dir: Path) -> str:
+    try:
+        lines = (run_dir / "events.jsonl").read_text(encoding="utf-8").splitlines()
+        record = json.loads(lines[-1]) if lines else {}
+    except (OSError, ValueError):
+        return "?"
+    fields = ", ".join(f"{k}={v}" for k, v in record.items() if k in ("node", "launch", "action", "status", "reason"))
+    return f"{record.get('event', '?')}" + (f" ({fields})" if fields else "")
+
+
+def _end_orphan(run_dir: Path, console: Console) -> None:
+    """The controller is gone: release what it left through the provider and end the run."""
+    from runtime.control import detach
+    from runtime.control.controller import Controller
+
+    console.print("the run's controller is gone: releasing its nodes and ending the run here", soft_wrap=True)
+    with detach.ControllerLock(run_dir):  # no controller may start on it meanwhile
+        Controller.open(run_dir).cancel("cancelled (planner cancel; its controller was gone)")
+
+
+def _outcome(run_dir: Path, console: Console) -> None:
+    from runtime.control.run_state import load_state
+
+    state = load_state(run_dir)
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        summary = {}
+    cost = f", ${summary['cost_usd']:,.4f} spent" if "cost_usd" in summary else ""
+    console.print(f"{escape(str(run_dir))}: {state.status} at step {state.steps}{cost}; every node released.",
+                  soft_wrap=True)
+    if state.status == "cancelled":
+        console.print(f"continue it with `planner run --resume {escape(str(run_dir))}`", soft_wrap=True)

@@ -1,0 +1,198 @@
+"""`planner gc [--yes]`: find (and delete) cloud instances danlu left behind.
+
+Every instance a cloud provider creates carries danlu's tags (``danlu-run`` = the run
+directory's name, see :mod:`runtime.providers.cloud_api`). An instance is an *orphan*
+when its run has ended (every node should have been released then) or its run directory
+is gone; those are listed with what they cost per hour and, with ``--yes``, deleted.
+Instances of runs still running are kept. Each cloud comes from a registered provider
+class with ``remote = True`` through its ``compute(options)`` classmethod; a cloud that
+errors is one line, and the others go on.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from runtime.errors import RuntimeFailure
+
+DESCRIPTION = """\
+Find every cloud instance carrying danlu's tags whose run has ended or whose run
+directory is gone, list each with its hourly cost, and delete them with --yes (without
+it: a dry run that deletes nothing). Runs are looked up under --runs-dir (default
+$DANLU_RUNS_DIR, else ./runs: where `planner run` put them); an instance's danlu-run tag
+is its run directory's name. Instances of runs still running are kept (a run whose
+controller is gone: `planner cancel RUN_DIR` releases them). Every installed cloud
+provider is asked, with its default credentials. See docs/gc.md."""
+
+EXIT_CLOUD_ERROR = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """One tagged instance and what gc makes of it."""
+
+    provider: str
+    instance: object  # runtime.providers.cloud_api.Instance
+    run: str
+    why: str
+    orphan: bool
+    hourly_usd: float | None
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("gc", help="find and delete cloud instances of ended or deleted runs",
+                              description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs-dir", metavar="DIR", type=Path,
+                   help="where the run directories are (default $DANLU_RUNS_DIR, else ./runs)")
+    p.add_argument("--provider", metavar="NAME", action="append", default=[],
+                   help="only this cloud provider (the flag may repeat; default every installed one)")
+    p.add_argument("--yes", action="store_true", help="delete the orphans (default: list them, delete nothing)")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace, console: Console) -> int:
+    from runtime.control.run_state import RunStateError
+    from runtime.providers import registry
+    from runtime.reports.run_view import default_runs_dir
+
+    runs_dir: Path = args.runs_dir or default_runs_dir()
+    wanted = set(args.provider)
+    unknown = wanted - set(registry.names())
+    if unknown:
+        raise registry.ProviderUnavailable(
+            f"--provider {', '.join(sorted(unknown))}: not registered; registered providers: "
+            f"{', '.join(registry.names())}."
+        )
+    clouds, failed = _clouds(registry, wanted, console)
+    if not clouds and not failed:
+        console.print(escape("no cloud providers installed: nothing to collect (they come with e.g. "
+                             "`pip install 'danlu[aws]'`)."))
+        return 0
+    if not runs_dir.is_dir():
+        raise RunStateError(
+            f"{runs_dir}: no runs directory there, so every instance would look orphaned. To fix: pass "
+            "--runs-dir DIR, the directory `planner run` put its runs in (an empty one if they are all gone)."
+        )
+    found: list[Found] = []
+    for name, api in clouds.items():
+        try:
+            instances = api.list_tagged()
+        except RuntimeFailure as exc:  # ComputeAPIError, ProviderError: one line, the next cloud
+            failed.append(name)
+            console.print(f"[red]{escape(name)}[/]: cannot list instances: {escape(str(exc))}", highlight=False)
+            continue
+        found.extend(_judge(name, instance, runs_dir) for instance in instances)
+    orphans = [f for f in found if f.orphan]
+    _print(found, console)
+    kept = [f for f in found if not f.orphan]
+    if kept:
+        console.print(f"kept {len(kept)} instance(s) of runs still running")
+    if not orphans:
+        console.print("no orphaned instances")
+    elif not args.yes:
+        more = f" --runs-dir {escape(str(args.runs_dir))}" if args.runs_dir else ""
+        console.print(f"dry run: nothing deleted. To delete these {len(orphans)} instance(s): "
+                      f"`planner gc --yes{more}`", soft_wrap=True)
+    else:
+        failed.extend(_delete(clouds, orphans, console))
+    return EXIT_CLOUD_ERROR if failed else 0
+
+
+def _clouds(registry, wanted: set[str], console: Console) -> tuple[dict[str, object], list[str]]:
+    """A ComputeAPI per registered remote provider; the names that failed (each said in one line)."""
+    clouds: dict[str, object] = {}
+    failed: list[str] = []
+    for name in registry.names():
+        if wanted and name not in wanted:
+            continue
+        try:
+            cls = registry.load(name)
+        except registry.ProviderUnavailable as exc:
+            failed.append(name)
+            console.print(f"[red]{escape(name)}[/]: {escape(str(exc))}", highlight=False)
+            continue
+        if not cls.remote:
+            continue
+        compute = getattr(cls, "compute", None)
+        if compute is None:
+            failed.append(name)
+            console.print(f"[red]{escape(name)}[/]: the provider has no compute() classmethod, so its instances "
+                          "cannot be listed", highlight=False)
+            continue
+        try:
+            clouds[name] = compute(_options())
+        except RuntimeFailure as exc:  # ComputeAPIError, ProviderError: one line, the next cloud
+            failed.append(name)
+            console.print(f"[red]{escape(name)}[/]: cannot reach the cloud: {escape(str(exc))}", highlight=False)
+    return clouds, failed
+
+
+def _options() -> Mapping[str, object]:
+    return {}  # the provider's defaults and its SDK's default credential chain
+
+
+def _judge(provider: str, instance, runs_dir: Path) -> Found:
+    from runtime.control.run_state import RunStateError, load_state
+    from runtime.providers.cloud_api import TAG_LAUNCH, TAG_RUN
+
+    run = instance.tags.get(TAG_RUN, "")
+    run_dir = runs_dir / run
+    if not run or Path(run).name != run or not (run_dir / "state.json").exists():
+        return Found(provider, instance, run, "run directory gone", True, instance.hourly_usd)
+    try:
+        state = load_state(run_dir)
+    except RunStateError as exc:
+        return Found(provider, instance, run, f"kept: run state unreadable ({exc})", False, instance.hourly_usd)
+    hourly = instance.hourly_usd
+    if hourly is None:  # the price the run planned it at
+        launch = instance.tags.get(TAG_LAUNCH)
+        hourly = next((r.pool.hourly_usd for r in state.launches if r.launch_id == launch), None)
+    if state.status == "running":
+        return Found(provider, instance, run, "kept: the run is running", False, hourly)
+    return Found(provider, instance, run, f"run ended ({state.status})", True, hourly)
+
+
+def _print(found: list[Found], console: Console) -> None:
+    if not found:
+        return
+    table = Table(title="Instances with danlu's tags", title_justify="left")
+    for col in ("cloud", "instance", "state", "run", "why", "$/h"):
+        table.add_column(col, justify="right" if col == "$/h" else "left", overflow="fold")
+    for f in found:
+        inst = f.instance
+        name = inst.name if inst.name == inst.id else f"{inst.name} ({inst.id})"
+        price = f"${f.hourly_usd:,.4f}" if f.hourly_usd is not None else "?"
+        table.add_row(escape(f.provider), escape(name), inst.state.value, escape(f.run or "?"), escape(f.why), price,
+                      style=None if f.orphan else "dim")
+    console.print(table)
+    priced = [f.hourly_usd for f in found if f.orphan and f.hourly_usd is not None]
+    unpriced = sum(1 for f in found if f.orphan and f.hourly_usd is None)
+    if priced or unpriced:
+        extra = f" (+{unpriced} of unknown price)" if unpriced else ""
+        console.print(f"orphans cost ${sum(priced):,.4f}/h{extra}")
+
+
+def _delete(clouds: dict[str, object], orphans: list[Found], console: Console) -> list[str]:
+    """Delete the orphans cloud by cloud; the clouds that failed."""
+    failed = []
+    for name, api in clouds.items():
+        ids = [f.instance.id for f in orphans if f.provider == name]
+        if not ids:
+            continue
+        try:
+            api.delete(ids)
+        except RuntimeFailure as exc:  # ComputeAPIError, ProviderError: one line, the next cloud
+            failed.append(name)
+            console.print(f"[red]{escape(name)}[/]: cannot delete {len(ids)} instance(s): {escape(str(exc))}",
+                          highlight=False)
+            continue
+        console.print(f"{escape(name)}: asked to delete {len(ids)} instance(s): {escape(', '.join(ids))} (billing "
+                      "ends when the cloud has terminated them)", highlight=False)
+    return failed

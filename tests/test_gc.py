@@ -1,0 +1,206 @@
+"""`planner gc`: instances with danlu's tags whose run ended or whose run directory is gone.
+
+A test-only cloud provider is registered in the provider registry; its ``compute()``
+hands gc an in-memory ComputeAPI holding the instances the test puts there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from planner.cli import main
+from pricing.pool import Pool
+from runtime.control.run_state import LaunchRecord, load_state, save_state
+from runtime.providers import registry
+from runtime.providers.base import Provider
+from runtime.providers.cloud_api import (
+    TAG_LAUNCH,
+    TAG_NODE,
+    TAG_RUN,
+    ComputeAPI,
+    ComputeAPIError,
+    Instance,
+    InstanceRequest,
+    InstanceState,
+)
+from tests.run.fake_run import new_run, phase
+
+
+class MemoryCompute(ComputeAPI):
+    """A cloud that exists in a dict; ``fail`` makes every call raise like a cloud refusing."""
+
+    def __init__(self, cloud: str):
+        self.cloud = cloud
+        self.instances: dict[str, Instance] = {}
+        self.deleted: list[str] = []
+        self.fail: str | None = None
+
+    def add(self, id_: str, run: str, *, launch: str = "l-1", hourly_usd: float | None = None) -> None:
+        tags = {TAG_RUN: run, TAG_LAUNCH: launch, TAG_NODE: f"{run}-{launch}-n0"}
+        self.instances[id_] = Instance(id=id_, name=tags[TAG_NODE], state=InstanceState.RUNNING, zone="z-1",
+                                       tags=tags, hourly_usd=hourly_usd)
+
+    def _check(self) -> None:
+        if self.fail:
+            raise ComputeAPIError(f"{self.cloud}: {self.fail}", code="AuthFailure")
+
+    def create(self, request: InstanceRequest) -> list[Instance]:
+        raise AssertionError("gc never creates instances")
+
+    def describe(self, ids: Sequence[str]) -> list[Instance]:
+        self._check()
+        return [self.instances[i] for i in ids]
+
+    def delete(self, ids: Sequence[str]) -> None:
+        self._check()
+        for i in ids:
+            self.instances.pop(i, None)
+            self.deleted.append(i)
+
+    def list_tagged(self, key: str = TAG_RUN, value: str | None = None) -> list[Instance]:
+        self._check()
+        return [inst for inst in self.instances.values() if key in inst.tags and value in (None, inst.tags[key])]
+
+
+CLOUDS: dict[str, MemoryCompute] = {}
+
+
+class _MemoryProvider(Provider):
+    remote = True
+    cloud = ""
+
+    @classmethod
+    def compute(cls, options: Mapping[str, object]) -> ComputeAPI:
+        assert options == {}
+        return CLOUDS[cls.cloud]
+
+    # gc never builds a provider for a run: the rest of the interface is never called.
+    def provision(self, pool, *, nodes, launch_id):
+        raise NotImplementedError
+
+    def wait_ready(self, nodes, *, timeout_s):
+        raise NotImplementedError
+
+    def run(self, nodes, launch):
+        raise NotImplementedError
+
+    def poll(self, nodes):
+        raise NotImplementedError
+
+    def interruption_notice(self, node):
+        raise NotImplementedError
+
+    def acknowledge(self, node, notice):
+        raise NotImplementedError
+
+    def terminate(self, nodes, *, grace_s):
+        raise NotImplementedError
+
+    def release_stale(self, nodes):
+        raise NotImplementedError
+
+    def close(self):
+        pass
+
+
+class MemCloudA(_MemoryProvider):
+    cloud = "mema"
+
+
+class MemCloudB(_MemoryProvider):
+    cloud = "memb"
+
+
+@pytest.fixture
+def clouds(monkeypatch: pytest.MonkeyPatch) -> dict[str, MemoryCompute]:
+    CLOUDS.clear()
+    CLOUDS.update({"mema": MemoryCompute("mema"), "memb": MemoryCompute("memb")})
+    monkeypatch.setattr(registry, "_targets", lambda: {
+        "local": "runtime.providers.local:LocalProvider",
+        "mema": f"{__name__}:MemCloudA", "memb": f"{__name__}:MemCloudB",
+    })
+    return CLOUDS
+
+
+def _runs(tmp_path: Path) -> Path:
+    """runs/ended (completed), runs/live (running); a third run's directory was deleted."""
+    runs = tmp_path / "runs"
+    for name, status in (("ended", "completed"), ("live", "running")):
+        (tmp_path / name).mkdir()
+        run_dir = new_run(tmp_path / name)
+        state = load_state(run_dir)
+        state.status = status
+        save_state(run_dir, state)
+        runs.mkdir(exist_ok=True)
+        run_dir.rename(runs / name)
+    return runs
+
+
+def test_gc_lists_orphans_with_their_cost_and_deletes_them_on_yes(
+        tmp_path: Path, clouds, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = _runs(tmp_path)
+    a, b = clouds["mema"], clouds["memb"]
+    a.add("i-ended", "ended", hourly_usd=1.25)
+    a.add("i-live", "live", hourly_usd=2.0)
+    b.add("i-gone", "deleted-run")  # no price from the cloud, no run state to read one from
+
+    assert main(["gc", "--runs-dir", str(runs)]) == 0  # a dry run
+    out = capsys.readouterr().out
+    assert "i-ended" in out and "run ended (completed)" in out and "$1.2500" in out
+    assert "i-gone" in out and "run directory gone" in out
+    assert "kept: the run is running" in out and "kept 1 instance(s)" in out
+    assert "orphans cost $1.2500/h (+1 of unknown price)" in out
+    assert "dry run: nothing deleted" in out and f"planner gc --yes --runs-dir {runs}" in out
+    assert a.deleted == [] and b.deleted == []
+
+    assert main(["gc", "--runs-dir", str(runs), "--yes"]) == 0
+    assert a.deleted == ["i-ended"] and b.deleted == ["i-gone"]
+    assert list(a.instances) == ["i-live"]  # the running run keeps its node
+
+    assert main(["gc", "--runs-dir", str(runs), "--yes"]) == 0
+    assert "no orphaned instances" in capsys.readouterr().out
+    assert a.deleted == ["i-ended"] and b.deleted == ["i-gone"]
+
+
+def test_an_ended_runs_instance_is_priced_from_the_run_when_the_cloud_does_not_say(
+        tmp_path: Path, clouds, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = _runs(tmp_path)
+    state = load_state(runs / "ended")
+    pool = Pool.from_dict(phase(hourly_usd=0.3125))  # what the controller recorded for launch l-2
+    state.launches.append(LaunchRecord(launch_id="l-2", pool=pool, nodes=1, world_size=1, start_step=0,
+                                       provisioned_at=state.origin, released_at=state.origin + 60))
+    save_state(runs / "ended", state)
+    clouds["mema"].add("i-ended", "ended", launch="l-2")
+    assert main(["gc", "--runs-dir", str(runs)]) == 0
+    out = capsys.readouterr().out
+    assert "$0.3125" in out and "orphans cost $0.3125/h" in out
+
+
+def test_a_cloud_that_errors_is_one_line_and_the_others_are_collected(
+        tmp_path: Path, clouds, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = _runs(tmp_path)
+    clouds["mema"].fail = "AuthFailure: the security token is invalid"
+    clouds["memb"].add("i-gone", "deleted-run", hourly_usd=0.5)
+    assert main(["gc", "--runs-dir", str(runs), "--yes"]) == 1
+    captured = capsys.readouterr()
+    lines = [line for line in captured.out.splitlines() if "security token" in line]
+    assert lines == ["mema: cannot list instances: mema: AuthFailure: the security token is invalid"]
+    assert "Traceback" not in captured.out + captured.err
+    assert clouds["memb"].deleted == ["i-gone"]
+
+
+def test_without_cloud_providers_gc_says_so(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(registry, "_targets", lambda: {"local": "runtime.providers.local:LocalProvider"})
+    assert main(["gc", "--runs-dir", str(tmp_path / "nowhere")]) == 0
+    assert "no cloud providers installed" in capsys.readouterr().out
+
+
+def test_bad_input_is_one_clear_error(tmp_path: Path, clouds, capsys) -> None:
+    assert main(["gc", "--runs-dir", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert "nowhere: no runs directory there" in err and "--runs-dir" in err
+    assert main(["gc", "--runs-dir", str(tmp_path), "--provider", "nosuch"]) == 2
+    assert "--provider nosuch: not registered" in capsys.readouterr().err
