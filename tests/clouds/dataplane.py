@@ -119,7 +119,7 @@ class DataPlane:
     """Boots the instances a cloud API reports (see the module docstring)."""
 
     def __init__(self, *, list_running: Callable[[], list[Running]], terminate: Callable[[str], None],
-                 sandbox: str | os.PathLike[str], env: Mapping[str, str] | None = None, poll_s: float = 0.3):
+                 sandbox: str | os.PathLike[str], env: Mapping[str, str] | None = None, poll_s: float = 0.5):
         self.list_running = list_running
         self.terminate = terminate
         self.sandbox = Path(sandbox)
