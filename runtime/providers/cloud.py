@@ -68,7 +68,6 @@ from runtime.providers.notices import INTERRUPTION, Notice
 __all__ = [
     "CloudOptions",
     "CloudProvider",
-    "fresh_listings",
     "node_name",
     "stage_url",
 ]
@@ -152,8 +151,6 @@ class CloudProvider(Provider):
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.clock = clock or WallClock(time.time(), 1.0)
         self._stage_url = options.stage or stage
-        if self._stage_url:
-            fresh_listings(self._stage_url)
         self._stage: Stage | None = None
         self.sync_s = sync_s if sync_s is not None else min(1.0, options.heartbeat_s)
         self.describe_s = describe_s if describe_s is not None else max(2.0, options.heartbeat_s)
@@ -517,20 +514,6 @@ class CloudProvider(Provider):
                 atomic_file.write_bytes(launch.spec.log_dir / f"{node.id}.log", data, mode=0o600)
         for launch_id in {self._get(n).launch for n in nodes if n.id in self._held and self._get(n).launch}:
             self._pull_status(launch_id)
-
-
-def fresh_listings(url: str) -> None:
-    """Turn off fsspec's directory-listing cache for ``url``'s object store in this process.
-
-    The controller's :class:`~runtime.training.store.CheckpointStore` lists ``step-N/``
-    folders that *other machines* write; with s3fs's default cache (listings kept
-    forever) it would never see a checkpoint committed after its first listing.
-    """
-    import fsspec.config
-
-    protocol = url.split("://", 1)[0] if "://" in url else ""
-    if protocol and protocol != "file":
-        fsspec.config.conf.setdefault(protocol, {})["use_listings_cache"] = False
 
 
 def _stage_from_run(context: ProviderContext) -> str | None:

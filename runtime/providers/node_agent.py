@@ -280,12 +280,6 @@ class NodeAgent:
             "DANLU_RUN_DIR": str(run_dir), "DANLU_NODE_ID": self.node,
         }
         env.pop(CONFIG_ENV, None)
-        # The workers list checkpoint folders other nodes write: no stale fsspec listings
-        # (fsspec reads FSSPEC_<PROTOCOL> as JSON keyword arguments for that filesystem).
-        for url in (self.stage.url, env.get("DANLU_CHECKPOINT_DIR", "")):
-            protocol = url.split("://", 1)[0] if "://" in url else ""
-            if protocol and protocol != "file":
-                env.setdefault(f"FSSPEC_{protocol.upper()}", json.dumps({"use_listings_cache": False}))
         self.log_path = base / "torchrun.log"
         with self.log_path.open("ab") as out:
             self.process = subprocess.Popen(

@@ -128,6 +128,9 @@ class CheckpointStore:
 
     def step_dirs(self) -> list[int]:
         """Steps that have a directory, committed or not, in ascending order."""
+        # Other processes and machines commit here: a cached listing (s3fs and gcsfs keep
+        # theirs forever by default) would never show their newer checkpoints.
+        self.fs.invalidate_cache(self._path)
         if not self.fs.exists(self._path):
             return []
         steps = []
@@ -139,6 +142,7 @@ class CheckpointStore:
 
     def is_committed(self, step: int) -> bool:
         """True once ``step-N/manifest.json`` exists (the manifest is written last)."""
+        self.fs.invalidate_cache(self._dir(step))
         return self.fs.exists(posixpath.join(self._dir(step), MANIFEST_FILE))
 
     def committed_steps(self) -> list[int]:
