@@ -127,7 +127,8 @@ def _clouds(registry, wanted: set[str], console: Console) -> tuple[dict[str, obj
                           "cannot be listed", highlight=False)
             continue
         try:
-            clouds[name] = compute(_options())
+            parse = getattr(cls, "parse_options", None)  # a CloudProvider validates its options first
+            clouds[name] = compute(parse(_options()) if parse else _options())
         except RuntimeFailure as exc:  # ComputeAPIError, ProviderError: one line, the next cloud
             failed.append(name)
             console.print(f"[red]{escape(name)}[/]: cannot reach the cloud: {escape(str(exc))}", highlight=False)

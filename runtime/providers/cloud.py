@@ -27,6 +27,7 @@ returning its :class:`~runtime.providers.cloud_api.ComputeAPI`. Everything else 
 
 from __future__ import annotations
 
+import abc
 import json
 import logging
 import re
@@ -164,9 +165,9 @@ class CloudProvider(Provider):
 
     # -- what a cloud module fills -----------------------------------------------------------
     @classmethod
+    @abc.abstractmethod
     def compute(cls, options: CloudOptions) -> ComputeAPI:
         """The cloud's API from the default credential chain (endpoints from the SDK's own env vars)."""
-        raise NotImplementedError
 
     @classmethod
     def parse_options(cls, options: Mapping[str, Any]) -> CloudOptions:
