@@ -215,6 +215,7 @@ class GcpCompute(ComputeAPI):
         self._sleep = sleep
         self._deleted: set[str] = set()  # ids this API deleted itself: their going away is no preemption
         self._spot: dict[str, bool] = {}
+        self._good_zone: dict[tuple[str, str], str] = {}  # (region, type) -> the zone that last had capacity
 
     # -- create ---------------------------------------------------------------------------
     def zones_for(self, pool: Pool, options: GcpOptions) -> list[str]:
@@ -237,9 +238,16 @@ class GcpCompute(ComputeAPI):
     def create(self, request: InstanceRequest) -> list[Instance]:
         options = GcpOptions.parse(request.options) if request.options else self.options
         last: CapacityError | None = None
-        for zone in self.zones_for(request.pool, options):
+        zones = self.zones_for(request.pool, options)
+        key = (request.pool.region, request.pool.instance_type)
+        if self._good_zone.get(key) in zones:  # the nodes of one launch one after another: keep them together
+            zones.remove(self._good_zone[key])
+            zones.insert(0, self._good_zone[key])
+        for zone in zones:
             try:
-                return self._create_in(zone, request, options)
+                created = self._create_in(zone, request, options)
+                self._good_zone[key] = zone
+                return created
             except CapacityError as exc:
                 log.info("gcp: %s has no capacity for %s (%s); next zone", zone, request.pool.instance_type, exc.code)
                 last = exc
