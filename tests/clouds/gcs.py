@@ -8,12 +8,19 @@ settings keep every request on 127.0.0.1 and quick:
 * ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false``: gcsfs >= 2025 asks the Storage Control
   gRPC API for each bucket's type first, which the emulator does not speak (a 60 s timeout).
 
+The emulator lacks one call gcsfs makes: ``objects.move`` (``POST /storage/v1/b/{bucket}/o/
+{object}/moveTo/o/{destination}``, which real GCS answers with the moved object's
+resource). gcsfs falls back to copy + delete only after five retries of the emulator's 501
+(~15 s per rename, and DCP renames every checkpoint's ``.metadata`` into place), so
+:func:`serve` adds the route before it starts the emulator.
+
 :attr:`GcsEmulator.env` is that environment for child processes (the data plane's nodes);
 the ``gcs`` fixture applies it to this process too.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -25,12 +32,38 @@ from pathlib import Path
 import pytest
 
 BUCKET = "danlu-test"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _move(request, response, storage, *args, **kwargs) -> None:
+    from gcp_storage_emulator.exceptions import NotFound
+    from gcp_storage_emulator.handlers import objects
+
+    bucket, source, dest = (request.params[k] for k in ("bucket_name", "object_id", "dest_object_id"))
+    try:
+        moved = objects._copy(request.base_url, storage, bucket, source, bucket, dest)
+        storage.delete_file(bucket, source)
+    except NotFound:
+        response.status = 404
+        return
+    response.json(moved)
+
+
+def serve(host: str, port: int, bucket: str) -> None:
+    """``gcp-storage-emulator start --in-memory --default-bucket`` plus the ``moveTo`` route."""
+    from gcp_storage_emulator import server, settings
+    from gcp_storage_emulator.server import POST, create_server
+
+    route = ((rf"^{settings.API_ENDPOINT}/b/(?P<bucket_name>[-.\w]+)/o/(?P<object_id>.*[^/]+)/moveTo/o/"
+             r"(?P<dest_object_id>.*[^/]+)$"), {POST: _move})
+    server.HANDLERS = (route, *server.HANDLERS)
+    create_server(host, port, in_memory=True, default_bucket=bucket).run()
 
 
 class GcsEmulator:
@@ -57,10 +90,10 @@ class GcsEmulator:
 
     def start(self, timeout_s: float = 60.0) -> GcsEmulator:
         with open(self.log_path, "wb") as log:
+            code = f"from tests.clouds.gcs import serve; serve('127.0.0.1', {self.port}, {self.bucket!r})"
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
-                 "--port", str(self.port), "--in-memory", "--default-bucket", self.bucket],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                [sys.executable, "-c", code], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
             )
         deadline = time.monotonic() + timeout_s
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -77,3 +78,14 @@ def test_a_committed_checkpoint_damaged_later_is_skipped(store: CheckpointStore)
     assert selection.step == 10
     assert selection.discard == ((20, "corrupt"),)
     assert any("__1_0.distcp has 5 bytes" in p for p in selection.problems)
+
+
+def test_a_rename_is_one_move_call(store: CheckpointStore) -> None:
+    """DCP renames .metadata into place; the emulator answers objects.move as GCS does (no 501 retries)."""
+    store.fs.pipe_file(f"{store.url(1)}/.metadata.tmp", b"dcp metadata")
+    started = time.monotonic()
+    store.fs.mv(f"{store.url(1)}/.metadata.tmp", f"{store.url(1)}/.metadata")
+    assert time.monotonic() - started < 5.0  # a 501 would cost ~15 s of gcsfs retries first
+    store.fs.invalidate_cache()
+    assert store.fs.cat_file(f"{store.url(1)}/.metadata") == b"dcp metadata"
+    assert not store.fs.exists(f"{store.url(1)}/.metadata.tmp")
