@@ -31,10 +31,11 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, model_validator
 
 from pricing.pool import Pool
 from runtime.providers.base import ProviderError
+from runtime.providers.cloud import CloudOptions, CloudProvider
 from runtime.providers.cloud_api import (
     TAG_NODE,
     TAG_RUN,
@@ -53,7 +54,9 @@ __all__ = [
     "CAPACITY_CODES",
     "GcpCompute",
     "GcpOptions",
+    "GcpProvider",
     "accelerators_for",
+    "build_compute",
     "label_value",
 ]
 
@@ -90,10 +93,8 @@ STATES = {
 _LABEL_BAD = re.compile(r"[^a-z0-9_-]")
 
 
-class GcpOptions(BaseModel):
-    """``[run.options]`` for ``provider = "gcp"``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class GcpOptions(CloudOptions):
+    """``[run.options]`` for ``provider = "gcp"`` (besides those of every cloud, :class:`CloudOptions`)."""
 
     project: str | None = Field(None, min_length=1, description="project id; default: the credentials' project")
     zones: tuple[str, ...] = Field((), description="zones to try for a regional pool, in order")
@@ -105,29 +106,22 @@ class GcpOptions(BaseModel):
     disk_size_gb: int = Field(100, ge=10, le=65536)
     disk_type: str = "pd-balanced"
     termination_action: Literal["DELETE", "STOP"] = "DELETE"
-    install: str | None = Field(None, description="pip spec the bootstrap installs (default: danlu[train,gcp])")
     api_endpoint: str | None = Field(None, description="Compute API endpoint (a local emulator in tests)")
     anonymous: bool = Field(False, description="no credentials: only with a 127.0.0.1/localhost api_endpoint")
     operation_timeout_s: float = Field(300.0, gt=0)
 
+    @model_validator(mode="after")
+    def _anonymous_only_locally(self) -> GcpOptions:
+        if self.anonymous and not _is_local(self.api_endpoint):
+            raise ValueError("anonymous = true needs api_endpoint on 127.0.0.1 or localhost (an emulator); "
+                             "remove anonymous and let Application Default Credentials sign in")
+        return self
+
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> GcpOptions:
         """Validate ``[run.options]``; raises ProviderError naming the key and the fix."""
-        try:
-            parsed = cls.model_validate(dict(options))
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or '(table)'}: {err['msg']}" for err in exc.errors()
-            )
-            raise ProviderError(
-                f"[run.options] for provider 'gcp': {problems}. To fix: correct or remove those keys "
-                f"(known: {', '.join(sorted(cls.model_fields))})."
-            ) from None
-        if parsed.anonymous and not _is_local(parsed.api_endpoint):
-            raise ProviderError(
-                "[run.options] anonymous = true needs api_endpoint on 127.0.0.1 or localhost (an emulator). "
-                "To fix: remove anonymous, and let Application Default Credentials sign in."
-            )
+        parsed = GcpProvider.parse_options(options)
+        assert isinstance(parsed, GcpOptions)
         return parsed
 
 
@@ -469,3 +463,19 @@ def build_compute(options: GcpOptions) -> GcpCompute:
     operations = compute_v1.ZoneOperationsClient(credentials=credentials, transport="rest",
                                                  client_options=client_options)
     return GcpCompute(instances, operations, project=project, options=options)
+
+
+class GcpProvider(CloudProvider):
+    """``provider = "gcp"``: spot or on-demand Compute Engine VMs, the stage and checkpoints in GCS."""
+
+    name = "gcp"
+    Options = GcpOptions
+
+    @classmethod
+    def compute(cls, options: CloudOptions) -> GcpCompute:
+        try:
+            import gcsfs  # noqa: F401 -- the stage and the checkpoints are gs:// URLs, on the nodes too
+        except ImportError:
+            raise ProviderError(f"provider 'gcp' needs gcsfs for gs:// checkpoints. To fix: {SDK_HINT}") from None
+        gcp_options = options if isinstance(options, GcpOptions) else GcpOptions.parse(options.model_dump())
+        return build_compute(gcp_options)
