@@ -162,3 +162,21 @@ def test_labels_and_options_are_checked():
         GcpOptions.parse({"disk_size_gb": 1})
     with pytest.raises(Exception, match="bogus"):
         GcpOptions.parse({"bogus": 1})
+
+
+def test_provider_options_and_missing_credentials_are_one_line_errors(tmp_path, monkeypatch):
+    from runtime.providers.base import ProviderError
+    from runtime.providers.gcp import GcpProvider
+
+    with pytest.raises(ProviderError, match=r"\[run.options\] imagee: not an option of provider 'gcp'"):
+        GcpProvider.check_options({"imagee": "x"})
+    with pytest.raises(ProviderError, match="anonymous = true needs api_endpoint on 127.0.0.1"):
+        GcpProvider.check_options({"anonymous": True})
+    GcpProvider.check_options({"project": "p", "zones": ["us-central1-a"], "termination_action": "STOP"})
+    # No credentials anywhere (and no probing of a metadata server): the fix is named, no traceback.
+    for key in ("GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    monkeypatch.setenv("NO_GCE_CHECK", "True")
+    with pytest.raises(ProviderError, match="gcloud auth application-default login"):
+        GcpProvider.compute(GcpOptions(project="p"))
