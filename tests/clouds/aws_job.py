@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from tests.run.helpers import HEADER
 
@@ -142,7 +142,7 @@ class Interrupter:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def __enter__(self) -> Interrupter:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

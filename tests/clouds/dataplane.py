@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 from runtime.providers.metadata_server import MetadataServer
 
@@ -148,7 +149,7 @@ class DataPlane:
         for node in nodes:
             self._kill(node)
 
-    def __enter__(self) -> DataPlane:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -16,7 +16,13 @@ import pytest
 from pricing.pool import Pool
 from runtime.providers.aws import CAPACITY_CODES, AwsCompute, AwsOptions, AwsProvider
 from runtime.providers.base import ProviderError
-from runtime.providers.cloud_api import TAG_RUN, CapacityError, ComputeAPIError, InstanceRequest, InstanceState
+from runtime.providers.cloud_api import (
+    TAG_RUN,
+    CapacityError,
+    ComputeAPIError,
+    InstanceRequest,
+    InstanceState,
+)
 from tests.clouds.aws_job import IMAGE
 from tests.clouds.conftest import boto3_session, running_instances
 
