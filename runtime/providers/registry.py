@@ -32,6 +32,7 @@ GROUP = "danlu.providers"
 BUILT_IN = {
     "local": "runtime.providers.local:LocalProvider",
     "aws": "runtime.providers.aws:AwsProvider",
+    "gcp": "runtime.providers.gcp:GcpProvider",
 }
 """Providers shipped in this package (name -> ``module:Class``), as pyproject.toml registers them."""
 

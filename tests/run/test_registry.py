@@ -53,8 +53,8 @@ def test_a_provider_that_cannot_load_is_refused_by_name(monkeypatch, value: str,
 
 
 def test_an_unknown_provider_lists_the_registered_ones() -> None:
-    with pytest.raises(registry.ProviderUnavailable, match="'gcp' is not registered; registered providers: .*local"):
-        registry.load("gcp")
+    with pytest.raises(registry.ProviderUnavailable, match="'nimbus' is not registered; registered providers: .*local"):
+        registry.load("nimbus")
 
 
 def test_planner_run_refuses_an_unregistered_provider_before_writing_anything(tmp_path: Path, capsys) -> None:

@@ -1,0 +1,217 @@
+"""`planner run` with provider "gcp" end to end: the real SDKs against a local GCE API and GCS emulator.
+
+google-cloud-compute (REST) talks to tests/clouds/gce_server.py; gcsfs to the
+gcp-storage-emulator package (both on 127.0.0.1). The data plane fixture boots every VM the
+fake API reports RUNNING by executing its ``startup-script`` metadata -- the real
+bootstrap, node agent and torchrun agents (gloo, 2 nodes x 1 process) that train,
+checkpoint to the emulator and resume. Two spot preemptions are injected the way GCE does
+them: ``instance/preempted`` turns TRUE on the node's metadata server, then, after a short
+lead, the API preempts the VM (TERMINATED, then gone: termination action DELETE). The
+reference is the same script run straight under torchrun with the same world size: the
+final parameters must be bitwise equal.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Self
+
+import pytest
+
+from planner.cli import main
+from runtime.accounting.ledger import Ledger
+from runtime.providers.gcp import label_value
+from tests.clouds.aws_job import (
+    billed_from_events,
+    download,
+    events,
+    straight_run,
+    write_catalog,
+    write_project,
+)
+from tests.clouds.dataplane import DataPlane, Running
+from tests.clouds.gce_server import FakeGce
+from tests.clouds.gcs import BUCKET, gcs, gcs_emulator  # noqa: F401 (fixtures)
+from tests.run.helpers import final_tensors
+
+pytestmark = pytest.mark.ddp
+
+STEPS = 60
+SLEEP = 0.15
+# Three N1+T4 spot pools in three zones: each preempted pool cools down, so every
+# interruption moves the job to the next zone (a re-plan with a new pool).
+GCP_ROWS = [
+    ("gcp", "us-central1", "us-central1-a", "n1-standard-4+T4:1", 0.54, 0.16),
+    ("gcp", "us-central1", "us-central1-b", "n1-standard-4+T4:1", 0.54, 0.17),
+    ("gcp", "us-central1", "us-central1-c", "n1-standard-4+T4:1", 0.54, 0.18),
+]
+
+
+@pytest.fixture
+def gce() -> Iterator[FakeGce]:
+    server = FakeGce().start()
+    yield server
+    server.stop()
+
+
+def gce_running(gce: FakeGce):
+    """The data plane's view: RUNNING VMs labelled danlu-run, with their startup-script."""
+    def running() -> list[Running]:
+        return [Running(vm["id"], vm["name"], vm["startup_script"]) for vm in gce.running()
+                if "danlu-run" in vm["labels"]]
+    return running
+
+
+@pytest.fixture
+def gcp_plane(gce: FakeGce, gcs, tmp_path: Path) -> Iterator[DataPlane]:  # noqa: F811
+    plane = DataPlane(list_running=gce_running(gce), terminate=gce.preempt, sandbox=tmp_path / "nodes", env=gcs.env)
+    with plane:
+        yield plane
+    assert not plane.node_processes(), "a node process outlived its VM"
+
+
+def write_job(path: Path, *, gce: FakeGce, steps: int, sleep: float) -> Path:
+    options = {"project": gce.project, "api_endpoint": gce.url, "anonymous": True, "heartbeat_s": 0.5,
+               "image": "projects/debian-cloud/global/images/family/debian-12"}
+    table = "\n".join(f"{k} = {json.dumps(v)}" for k, v in options.items())
+    path.write_text(f"""
+name = "tiny-gcp"
+
+[workload]
+steps = {steps}
+checkpoint_gb = 0.001
+
+[workload.throughput]
+T4 = 2.0
+
+[constraints]
+deadline_hours = 2
+budget_usd = 5.0
+max_nodes = 2
+clouds = ["gcp"]
+
+[purchase]
+allow = ["spot"]
+
+[objective]
+minimize = "time"
+
+[overheads]
+restart_minutes = 1
+
+[run]
+entrypoint = ["python", "train.py", "--steps", "{steps}", "--sleep", "{sleep}"]
+provider = "gcp"
+nproc_per_node = 1
+max_restarts = 1
+checkpoint_dir = "gs://{BUCKET}/ckpt"
+
+[run.options]
+{table}
+""")
+    return path
+
+
+class Preempter:
+    """Preempts one VM of each of the first ``count`` launches once it trains (notice first, then the API)."""
+
+    def __init__(self, plane: DataPlane, gce: FakeGce, run_dir: Path, *, count: int, lead_s: float):
+        self.plane, self.gce, self.run_dir, self.count, self.lead_s = plane, gce, run_dir, count, lead_s
+        self.done: list[tuple[str, str]] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set() and len(self.done) < self.count:
+                training = [e["launch"] for e in events(self.run_dir) if e["event"] == "training"]
+                todo = [launch for launch in training if launch not in {d[0] for d in self.done}]
+                if todo:
+                    launch = todo[0]
+                    self._stop.wait(1.0)
+                    ids = sorted(vm["id"] for vm in self.gce.running()
+                                 if vm["labels"].get("danlu-launch") == label_value(launch))
+                    victim = ids[-1]
+                    self.plane.wait_for(lambda v=victim: v in self.plane.nodes, 30, f"{victim} booted")
+                    self.plane.interrupt(victim, self.lead_s)
+                    self.done.append((launch, victim))
+                self._stop.wait(0.2)
+        except Exception as exc:  # noqa: BLE001 -- the test asserts on it
+            self.errors.append(repr(exc))
+
+
+def _ls(fs: Any, path: str) -> list[str]:
+    fs.invalidate_cache()
+    return [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(path, detail=False)]
+
+
+def test_two_preemptions_complete_with_gcs_checkpoints_and_every_vm_billed(
+    gce: FakeGce, gcs, gcp_plane: DataPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+) -> None:
+    project = write_project(tmp_path / "project")
+    catalog = write_catalog(tmp_path / "catalog.csv", rows=GCP_ROWS)
+    job = write_job(tmp_path / "job.toml", gce=gce, steps=STEPS, sleep=SLEEP)
+    run_dir = tmp_path / "run"
+    monkeypatch.chdir(project)
+    with Preempter(gcp_plane, gce, run_dir, count=2, lead_s=6.0) as chaos:
+        rc = main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(run_dir), "--provider", "gcp",
+                   "--cooldown", "240"])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    found = events(run_dir)
+    assert rc == 0, (summary, [e for e in found if e["event"] in ("failure", "launch_end", "run_end")])
+    assert not chaos.errors and len(chaos.done) == 2
+    assert summary["status"] == "completed" and summary["steps"] == STEPS
+    assert summary["preemptions"] == 2 and summary["world_sizes"] == [2, 2, 2]
+
+    # The notices came from the nodes' GCE metadata servers (instance/preempted), via heartbeats.
+    notices = [e for e in found if e["event"] == "notice" and e["kind"] == "interruption"]
+    assert [n["cloud"] for n in notices] == ["gcp", "gcp"]
+    assert [e["outcome"] for e in found if e["event"] == "launch_end"] == ["preempted", "preempted", "completed"]
+    assert len({launch["pool_id"] for launch in summary["launches"]}) == 3
+
+    # What danlu asked GCE for: spot N1 VMs with their T4, labelled, the bootstrap as startup-script.
+    assert len(gce.ever) == 6
+    assert [i.rsplit("/", 1)[0] for i in gce.ever] == ["us-central1-a"] * 2 + ["us-central1-b"] * 2 + \
+        ["us-central1-c"] * 2
+
+    # Checkpoints are in the GCS emulator, nowhere on this disk.
+    import fsspec.core
+
+    fs, _ = fsspec.core.url_to_fs(f"gs://{BUCKET}/ckpt")
+    assert f"step-{STEPS}" in _ls(fs, f"{BUCKET}/ckpt")
+    assert fs.exists(f"{BUCKET}/ckpt/step-{STEPS}/manifest.json")
+
+    # Every VM is billed from its insert request to its confirmed end, once.
+    ledger = Ledger(run_dir)
+    try:
+        intervals = ledger.intervals()
+    finally:
+        ledger.disconnect()
+    assert len(intervals) == 6 and all(not i.is_open for i in intervals)
+    assert summary["cost_usd"] == pytest.approx(billed_from_events(found), rel=1e-9)
+    up = {e["node"]: e["t"] for e in found if e["event"] == "node_up"}
+    down = {e["node"]: e["t"] for e in found if e["event"] == "node_down"}
+    assert all(down[n] > up[n] for n in up)
+
+    # Nothing is left on the fake GCE, nor on this machine.
+    assert gce.alive() == []
+    gcp_plane.wait_for(lambda: not gcp_plane.live(), 30, "the data plane saw every VM go")
+
+    # Same world size throughout: bitwise equal to a straight run.
+    reference = final_tensors(straight_run(tmp_path / "straight", project, steps=STEPS))
+    final = final_tensors(download(f"gs://{BUCKET}/ckpt", tmp_path / "gcs-copy"))
+    assert final.keys() == reference.keys() and final
+    for key, tensor in reference.items():
+        assert (final[key] == tensor).all(), f"{key} differs from the uninterrupted run"
