@@ -80,13 +80,16 @@ def handle(args: argparse.Namespace, console: Console) -> int:
 
 
 def _wait(run_dir: Path, record, timeout_s: float, console: Console) -> bool:
-    """Wait until the controller has exited or ended the run and written its summary, saying what it
-    does every few seconds; False on timeout."""
+    """Wait until the controller has exited, saying what it does every few seconds; False on timeout.
+
+    Its summary comes before its exit (the alert outbox is flushed last): cancel returns only
+    when nothing of the run is running any more.
+    """
     from runtime.control import detach
 
     began = time.monotonic()
     said = began
-    while detach.is_alive(record) and not _ended(run_dir):
+    while detach.is_alive(record):
         now = time.monotonic()
         if now - began > timeout_s:
             return False
@@ -95,25 +98,6 @@ def _wait(run_dir: Path, record, timeout_s: float, console: Console) -> bool:
             console.print(f"  stopping ({now - began:.0f} s): {escape(_last_event(run_dir))}")
         time.sleep(0.2)
     return True
-
-
-def _ended(run_dir: Path) -> bool:
-    """The run state says it ended and a summary written since says the same (a resumed run keeps the
-    summary of its earlier end until the controller writes the new one, after the release)."""
-    from runtime.control.run_state import (
-        STATE_FILE,
-        SUMMARY_FILE,
-        RunStateError,
-        load_state,
-    )
-
-    try:
-        status = load_state(run_dir).status
-        summary = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
-        fresh = (run_dir / SUMMARY_FILE).stat().st_mtime_ns >= (run_dir / STATE_FILE).stat().st_mtime_ns
-    except (RunStateError, OSError, ValueError):
-        return False
-    return status != "running" and fresh and summary.get("status") == status
 
 
 def _last_event(run_dir: Path) -> str:
