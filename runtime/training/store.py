@@ -116,7 +116,11 @@ class CheckpointStore:
 
         self.root = root.rstrip("/") or "/"
         self.fs: AbstractFileSystem
-        self.fs, self._path = fsspec.core.url_to_fs(self.root)
+        # The commit rule needs what the store holds now: an object store's cached listings go stale
+        # (adlfs 2026.8 invalidates the wrong key after a write, so a fresh manifest.json read "not found").
+        protocol = fsspec.core.split_protocol(self.root)[0]
+        options = {} if protocol in (None, "file", "local") else {"use_listings_cache": False}
+        self.fs, self._path = fsspec.core.url_to_fs(self.root, **options)
         self.is_local = "file" in _protocols(self.fs)
 
     def url(self, step: int) -> str:
