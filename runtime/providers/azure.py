@@ -22,7 +22,8 @@
   ``ProvisioningState/*`` and ``PowerState/*`` status codes give the state; a spot VM that
   goes away (``Deleting``, deallocating) without danlu having asked is an interruption.
 * ``delete``: ``begin_delete`` (NIC and disk go with it, see above); does not wait.
-* ``list_tagged``: ``list_all(statusOnly=true)`` over the subscription, filtered by tag.
+* ``list_tagged``: the resource group's VMs (``list``, ``$expand=instanceView``) -- or, without a group,
+  the subscription's (``list_all``, ``statusOnly=true``) -- filtered by tag.
 
 :class:`AzureProvider` (the ``azure`` provider) is the common
 :class:`~runtime.providers.cloud.CloudProvider` on this API; :class:`AzureOptions` are its
@@ -507,7 +508,11 @@ class AzureCompute(ComputeAPI):
         _, _, exceptions = _sdk()
         found = []
         try:
-            for vm in self.client.virtual_machines.list_all(status_only="true"):
+            if self.resource_group:  # a role scoped to the group may not list the subscription
+                vms = self.client.virtual_machines.list(self.resource_group, expand="instanceView")
+            else:
+                vms = self.client.virtual_machines.list_all(status_only="true")
+            for vm in vms:
                 tags = dict(getattr(vm, "tags", None) or {})
                 if key not in tags or (value is not None and tags[key] != value):
                     continue

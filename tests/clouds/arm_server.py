@@ -393,7 +393,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(200, _vm_body(vm, view=view))
 
     def _list(self, keep: Any, query: dict[str, list[str]]) -> None:
-        status_only = query.get("statusOnly", [""])[0].lower() == "true"
+        status_only = (query.get("statusOnly", [""])[0].lower() == "true"
+                       or "instanceview" in query.get("$expand", [""])[0].lower())
         vms = [_vm_body(vm, view=status_only) for vm in self.server.state.vms.values() if keep(vm)]
         self._reply(200, {"value": vms})
 

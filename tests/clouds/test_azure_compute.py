@@ -88,6 +88,9 @@ def test_spot_vms_are_created_tagged_with_the_bootstrap_as_custom_data(api: Azur
 
     assert {i.name for i in api.list_tagged(TAG_RUN, "r1")} == {"r1-l-1-n0", "r1-l-1-n1"}
     assert api.list_tagged(TAG_RUN, "another-run") == []
+    # Without a resource group (planner gc): the whole subscription.
+    assert {i.name for i in AzureCompute(api.client).list_tagged(TAG_RUN, "r1")} == {"r1-l-1-n0", "r1-l-1-n1"}
+    assert all(i.state is InstanceState.RUNNING for i in AzureCompute(api.client).list_tagged(TAG_RUN))
 
     api.delete([i.id for i in created])
     _wait_gone(api, [i.id for i in created])
