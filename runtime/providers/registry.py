@@ -29,7 +29,10 @@ __all__ = [
 ]
 
 GROUP = "danlu.providers"
-BUILT_IN = {"local": "runtime.providers.local:LocalProvider"}
+BUILT_IN = {
+    "local": "runtime.providers.local:LocalProvider",
+    "aws": "runtime.providers.aws:AwsProvider",
+}
 """Providers shipped in this package (name -> ``module:Class``), as pyproject.toml registers them."""
 
 
