@@ -42,9 +42,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
 from runtime.providers.base import ProviderError
+from runtime.providers.cloud import CloudOptions, CloudProvider
 from runtime.providers.cloud_api import (
     TAG_NODE,
     TAG_RUN,
@@ -60,6 +61,7 @@ __all__ = [
     "CAPACITY_CODES",
     "AzureCompute",
     "AzureOptions",
+    "AzureProvider",
     "management_client",
 ]
 
@@ -103,14 +105,13 @@ _SUBNET_ID = re.compile(
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._()-]{0,89}$")
 
 
-class AzureOptions(BaseModel):
-    """``[run.options]`` of ``provider = "azure"`` (see docs/providers-azure.md)."""
+class AzureOptions(CloudOptions):
+    """``[run.options]`` of ``provider = "azure"`` (see docs/providers-azure.md); ``resource_group`` and
+    ``subnet_id`` are required to run (``planner gc`` builds the API without them)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    resource_group: str = Field(description="The resource group the VMs are created in (it must exist).")
-    subnet_id: str = Field(
-        description="Resource id of the subnet each VM's NIC is created in: "
+    resource_group: str | None = Field(default=None, description="The resource group the VMs are created in (it must exist).")
+    subnet_id: str | None = Field(
+        default=None, description="Resource id of the subnet each VM's NIC is created in: "
         "/subscriptions/<sub>/resourceGroups/<rg>/providers/Microsoft.Network/virtualNetworks/<vnet>/subnets/<subnet>"
     )
     subscription_id: str | None = Field(default=None, description=f"Default: ${SUBSCRIPTION_ENV}.")
@@ -129,14 +130,13 @@ class AzureOptions(BaseModel):
     os_disk_type: str = "StandardSSD_LRS"
     os_disk_gb: int | None = Field(default=None, ge=30, le=4095)
     max_price: float = Field(default=-1.0, description="Spot max $/h; -1: up to the on-demand price.")
-    install: str | None = Field(default=None, description="pip requirement the nodes install danlu from.")
     base_url: str | None = Field(default=None, description=f"ARM endpoint (default {PUBLIC_MANAGEMENT_URL}).")
     poll_interval_s: float = Field(default=5.0, gt=0, le=60, description="How often long-running operations are polled.")
 
     @field_validator("subnet_id")
     @classmethod
-    def _subnet(cls, value: str) -> str:
-        if not _SUBNET_ID.match(value):
+    def _subnet(cls, value: str | None) -> str | None:
+        if value is not None and not _SUBNET_ID.match(value):
             raise ValueError(
                 "must be a subnet resource id: /subscriptions/<sub>/resourceGroups/<rg>/providers/"
                 "Microsoft.Network/virtualNetworks/<vnet>/subnets/<subnet>"
@@ -145,8 +145,8 @@ class AzureOptions(BaseModel):
 
     @field_validator("resource_group", "admin_username")
     @classmethod
-    def _name(cls, value: str) -> str:
-        if not _NAME.match(value):
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not _NAME.match(value):
             raise ValueError("must be 1-90 letters, digits, '.', '_', '-', '(' or ')'")
         return value
 
@@ -179,26 +179,6 @@ class AzureOptions(BaseModel):
                 f"subscription_id = \"<subscription uuid>\" in [run.options], or export {SUBSCRIPTION_ENV}."
             )
         return sub
-
-    @classmethod
-    def parse(cls, options: Mapping[str, Any]) -> AzureOptions:
-        """The options, or a ProviderError naming each bad key and the fix."""
-        try:
-            return cls.model_validate(dict(options))
-        except ValidationError as exc:
-            problems = []
-            for error in exc.errors():
-                key = ".".join(str(p) for p in error["loc"]) or "(table)"
-                if error["type"] == "extra_forbidden":
-                    problems.append(f"{key}: unknown option (known: {', '.join(sorted(cls.model_fields))})")
-                elif error["type"] == "missing":
-                    problems.append(f"{key}: required ({cls.model_fields[key].description or 'see the docs'})")
-                else:
-                    problems.append(f"{key}: {error['msg'].removeprefix('Value error, ')}")
-            raise ProviderError(
-                "[run.options] for provider 'azure': " + "; ".join(problems)
-                + ". To fix: correct these keys (docs/providers-azure.md lists every option)."
-            ) from None
 
 
 def _sdk() -> tuple[Any, Any, Any]:
@@ -532,3 +512,35 @@ def _parse_id(vm_id: str) -> tuple[str, str, str]:
     if not match:
         raise ComputeAPIError(f"not an Azure VM resource id: {vm_id!r}")
     return match["sub"], match["rg"], match["name"]
+
+
+class AzureProvider(CloudProvider):
+    """``provider = "azure"``: nodes are Azure VMs (see the module docstring and docs/providers-azure.md)."""
+
+    name = "azure"
+    Options = AzureOptions
+
+    @classmethod
+    def parse_options(cls, options: Mapping[str, Any]) -> AzureOptions:
+        parsed = super().parse_options(options)
+        assert isinstance(parsed, AzureOptions)
+        missing = [key for key in ("resource_group", "subnet_id") if getattr(parsed, key) is None]
+        if missing:
+            raise ProviderError(
+                "; ".join(f"[run.options] {key}: required by provider 'azure' "
+                          f"({AzureOptions.model_fields[key].description})" for key in missing)
+                + ". To fix: add them to the job's [run.options] table (docs/providers-azure.md)."
+            )
+        parsed.subscription()  # fails now, naming the fix, rather than at the first create
+        return parsed
+
+    @classmethod
+    def compute(cls, options: CloudOptions | Mapping[str, Any] | None = None) -> AzureCompute:
+        if isinstance(options, AzureOptions):
+            opts = options
+        elif isinstance(options, CloudOptions):
+            opts = AzureOptions.model_validate(options.model_dump())
+        else:
+            opts = AzureOptions.model_validate(dict(options or {}))
+        client = management_client(opts.subscription(), base_url=opts.base_url, poll_interval_s=opts.poll_interval_s)
+        return AzureCompute(client, resource_group=opts.resource_group or "", wait_s=opts.terminate_timeout_s)

@@ -32,6 +32,7 @@ GROUP = "danlu.providers"
 BUILT_IN = {
     "local": "runtime.providers.local:LocalProvider",
     "aws": "runtime.providers.aws:AwsProvider",
+    "azure": "runtime.providers.azure:AzureProvider",
 }
 """Providers shipped in this package (name -> ``module:Class``), as pyproject.toml registers them."""
 

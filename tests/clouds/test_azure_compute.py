@@ -15,7 +15,7 @@ pytest.importorskip("azure.mgmt.compute")
 pytest.importorskip("azure.identity")
 
 from pricing.pool import Pool
-from runtime.providers.azure import AzureCompute, AzureOptions, management_client
+from runtime.providers.azure import AzureCompute, AzureProvider, management_client
 from runtime.providers.base import ProviderError
 from runtime.providers.cloud_api import (
     TAG_LAUNCH,
@@ -158,14 +158,31 @@ def test_unknown_vm_is_terminated(api: AzureCompute, arm: ArmServer) -> None:
         api.describe(["i-0123"])
 
 
-def test_options_name_the_bad_key_and_the_fix() -> None:
-    assert AzureOptions.parse(OPTIONS).image.count(":") == 3
+def test_options_name_the_bad_key_and_the_fix(arm: ArmServer) -> None:
+    AzureProvider.check_options(OPTIONS)
+    assert AzureProvider.parse_options(OPTIONS).image.count(":") == 3
     with pytest.raises(ProviderError, match=r"subnet_id: .*subnet resource id") as caught:
-        AzureOptions.parse({**OPTIONS, "subnet_id": "default"})
+        AzureProvider.check_options({**OPTIONS, "subnet_id": "default"})
     assert "To fix" in str(caught.value)
-    with pytest.raises(ProviderError, match=r"colour: unknown option"):
-        AzureOptions.parse({**OPTIONS, "colour": "blue"})
-    with pytest.raises(ProviderError, match=r"resource_group: required"):
-        AzureOptions.parse({"subnet_id": SUBNET})
-    with pytest.raises(ProviderError, match=r"base_url: must be an https"):
-        AzureOptions.parse({**OPTIONS, "base_url": "http://127.0.0.1:1"})
+    with pytest.raises(ProviderError, match=r"colour: not an option of provider 'azure'"):
+        AzureProvider.check_options({**OPTIONS, "colour": "blue"})
+    with pytest.raises(ProviderError, match=r"resource_group: required by provider 'azure'"):
+        AzureProvider.check_options({"subnet_id": SUBNET})
+    with pytest.raises(ProviderError, match=r"base_url: .*must be an https"):
+        AzureProvider.check_options({**OPTIONS, "base_url": "http://127.0.0.1:1"})
+
+
+def test_no_subscription_is_refused_naming_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AZURE_SUBSCRIPTION_ID", raising=False)
+    with pytest.raises(ProviderError, match=r"subscription_id is not set .*AZURE_SUBSCRIPTION_ID"):
+        AzureProvider.check_options(OPTIONS)
+
+
+def test_gc_builds_the_api_without_run_options(arm: ArmServer) -> None:
+    """``planner gc`` has no job: compute() from the environment alone lists the subscription."""
+    api = AzureProvider.compute(AzureProvider.Options())
+    created = AzureCompute(management_client(arm.SUBSCRIPTION, poll_interval_s=0.05), resource_group="danlu-rg",
+                           wait_s=30).create(_request(("orphan-l-1-n0",), run="orphan"))
+    assert [i.name for i in api.list_tagged(TAG_RUN, "orphan")] == ["orphan-l-1-n0"]
+    api.delete([created[0].id])
+    _wait_gone(api, [created[0].id])
