@@ -29,7 +29,7 @@ pytest.importorskip("adlfs")
 
 from planner.cli import main
 from runtime.accounting.ledger import Ledger
-from tests.clouds.arm_server import ArmServer, arm_server_fixture
+from tests.clouds.arm_server import ARM_ERRORS, ArmServer, arm_server_fixture
 from tests.clouds.aws_job import (
     billed_from_events,
     download,
@@ -232,3 +232,28 @@ def test_two_preempts_acknowledged_then_evicted_complete_with_blob_checkpoints(
     assert final.keys() == reference.keys() and final
     for key, tensor in reference.items():
         assert (final[key] == tensor).all(), f"{key} differs from the uninterrupted run"
+
+
+@pytest.mark.parametrize("code", ["SkuNotAvailable", "AllocationFailed", "OperationNotAllowed"])
+def test_a_capacity_refusal_mid_provision_is_a_provider_error_that_holds_nothing(
+    arm: ArmServer, container: str, tmp_path: Path, code: str,
+) -> None:
+    """What the controller re-plans on (ProviderError from provision) -- with node 0 already created."""
+    from pricing.pool import Pool
+    from runtime.providers.azure import AzureProvider
+    from runtime.providers.base import ProviderError
+    from runtime.providers.cloud_api import CapacityError
+
+    options = AzureProvider.parse_options({"resource_group": "danlu-e2e", "subnet_id": SUBNET, "poll_interval_s": 0.1})
+    provider = AzureProvider(AzureProvider.compute(options), run_id="cap", options=options,
+                             state_dir=tmp_path / "provider", stage=f"az://{container}/ckpt/_danlu/cap")
+    pool = Pool(cloud="azure", region="eastus", zone="eastus-1", instance_type="Standard_NC4as_T4_v3", gpu="T4",
+                gpus_per_node=1, purchase="spot", hourly_usd=0.2)
+    arm.fail_next_create(code, skip=1)
+    with pytest.raises(ProviderError) as caught:
+        provider.provision(pool, nodes=2, launch_id="l-1")
+    assert isinstance(caught.value, CapacityError) and caught.value.code == code
+    # Node 0 is deleted; so is node 1 when ARM accepted it and failed its allocation (a Failed VM is left).
+    refused_on_put = ARM_ERRORS[code][0] is not None
+    assert arm.vms() == [] and len(arm.deleted) == (1 if refused_on_put else 2)
+    provider.close()
