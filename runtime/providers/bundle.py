@@ -169,6 +169,8 @@ def upload(bundle: Bundle, stage_url: str) -> str:
             return url  # content-addressed: same name, same bytes
     except FileNotFoundError:
         pass
+    if "file" in ((fs.protocol,) if isinstance(fs.protocol, str) else fs.protocol):
+        fs.makedirs(posixpath.dirname(path), exist_ok=True)  # object stores have no folders to make
     fs.pipe_file(path, bundle.data)
     return url
 

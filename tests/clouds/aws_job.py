@@ -10,11 +10,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from tests.run.helpers import HEADER
 
 WORKER = Path(__file__).with_name("workers") / "train_tiny.py"
+CONTRACT_WORKER = Path(__file__).with_name("workers") / "contract_only.py"
 IMAGE = "ami-03cf127a"  # one of the AMIs moto ships
 
 # Three g4dn spot pools in three zones: each preempted pool cools down, so every
@@ -36,15 +37,17 @@ def write_catalog(path: Path, rows=AWS_ROWS) -> Path:
 
 
 def write_project(root: Path) -> Path:
-    """The user's working directory: the training script (and a file .gitignore keeps out)."""
+    """The user's working directory: the training scripts."""
     root.mkdir(parents=True, exist_ok=True)
     shutil.copy(WORKER, root / "train.py")
+    shutil.copy(CONTRACT_WORKER, root / "contract_only.py")
     return root
 
 
 def write_job(path: Path, *, bucket: str, steps: int, sleep: float, options: dict[str, Any] | None = None,
-              max_restarts: int = 1) -> Path:
-    opts = {"image_id": IMAGE, "heartbeat_s": 0.5, **(options or {})}
+              max_restarts: int = 1, max_nodes: int = 2, entrypoint: list[str] | None = None) -> Path:
+    argv = entrypoint or ["python", "train.py", "--steps", str(steps), "--sleep", str(sleep)]
+    opts = {"image_id": IMAGE, "heartbeat_s": 1.0, **(options or {})}
     table = "\n".join(f"{k} = {json.dumps(v)}" for k, v in opts.items())
     path.write_text(f"""
 name = "tiny-aws"
@@ -59,7 +62,7 @@ T4 = 2.0
 [constraints]
 deadline_hours = 2
 budget_usd = 5.0
-max_nodes = 2
+max_nodes = {max_nodes}
 clouds = ["aws"]
 
 [purchase]
@@ -72,7 +75,7 @@ minimize = "time"
 restart_minutes = 1
 
 [run]
-entrypoint = ["python", "train.py", "--steps", "{steps}", "--sleep", "{sleep}"]
+entrypoint = {json.dumps(argv)}
 provider = "aws"
 nproc_per_node = 1
 max_restarts = {max_restarts}
@@ -139,7 +142,7 @@ class Interrupter:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def __enter__(self) -> Interrupter:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

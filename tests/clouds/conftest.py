@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import functools
+import itertools
 import logging
 import os
 from collections.abc import Iterator
@@ -26,10 +28,25 @@ class Moto:
     bucket: str
 
     def client(self, service: str, region: str = REGION):
-        import boto3
+        return _client(self.endpoint, service, region)
 
-        return boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
-                             region_name=region).client(service, endpoint_url=self.endpoint)
+
+@functools.cache
+def boto3_session(region: str = REGION):
+    """One session for all tests: loading EC2's service model takes seconds on a busy machine.
+    (Event hooks go on a client's own ``meta.events``, never on this shared session.)"""
+    import boto3
+
+    return boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name=region)
+
+
+@functools.cache
+def _client(endpoint: str, service: str, region: str):
+    return boto3_session(region).client(service, endpoint_url=endpoint)
+
+
+_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION,
+        "AWS_EC2_METADATA_DISABLED": "true"}
 
 
 @pytest.fixture(scope="session")
@@ -41,31 +58,33 @@ def moto_server() -> Iterator[str]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
+    endpoint = f"http://{host}:{port}"
+    # moto builds its EC2 backend (AMIs, instance types) on first use: seconds, so once per
+    # session, never reset (the tests isolate themselves by run id and bucket instead).
+    ec2 = _client(endpoint, "ec2", REGION)
+    made = ec2.run_instances(ImageId="ami-03cf127a", InstanceType="t3.micro", MinCount=1, MaxCount=1)
+    ec2.terminate_instances(InstanceIds=[i["InstanceId"] for i in made["Instances"]])
+    yield endpoint
     server.stop()
+
+
+_BUCKETS = itertools.count(1)
 
 
 @pytest.fixture()
 def moto(moto_server: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Moto]:
-    """This test's view of moto: env pointing the SDKs at it, a fresh state, a bucket."""
-    import urllib.request
-
-    env = {
-        "AWS_ENDPOINT_URL": moto_server, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": REGION, "AWS_EC2_METADATA_DISABLED": "true",
-    }
+    """This test's view of moto: env pointing the SDKs at it, no instance running, its own bucket."""
+    env = {"AWS_ENDPOINT_URL": moto_server, **_ENV}
     for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    # moto's reset endpoint: every test starts with no instances and no buckets.
-    urllib.request.urlopen(urllib.request.Request(f"{moto_server}/moto-api/reset", method="POST"), timeout=30)
-    import fsspec
-
-    fsspec.config.conf.pop("s3", None)
     _clear_s3fs_cache()
-    state = Moto(moto_server, env, BUCKET)
-    state.client("s3").create_bucket(Bucket=BUCKET)
+    state = Moto(moto_server, env, f"{BUCKET}-{next(_BUCKETS)}")
+    left = running_instances(state)
+    if left:  # an earlier test that failed half-way: start clean
+        state.client("ec2").terminate_instances(InstanceIds=left)
+    state.client("s3").create_bucket(Bucket=state.bucket)
     yield state
     _clear_s3fs_cache()
 
@@ -81,6 +100,7 @@ def _clear_s3fs_cache() -> None:
 def aws_running(moto: Moto, region: str = REGION):
     """The data plane's view of EC2: running instances tagged danlu-run, with their user data."""
     ec2 = moto.client("ec2", region)
+    user_data: dict[str, str] = {}  # fetched once per instance: user data never changes
 
     def running() -> list[Running]:
         found = []
@@ -89,9 +109,11 @@ def aws_running(moto: Moto, region: str = REGION):
         for reservation in reply["Reservations"]:
             for raw in reservation["Instances"]:
                 tags = {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
-                attr = ec2.describe_instance_attribute(InstanceId=raw["InstanceId"], Attribute="userData")
-                data = base64.b64decode(attr.get("UserData", {}).get("Value", "")).decode()
-                found.append(Running(f"{region}/{raw['InstanceId']}", tags.get("danlu-node", ""), data))
+                if raw["InstanceId"] not in user_data:
+                    attr = ec2.describe_instance_attribute(InstanceId=raw["InstanceId"], Attribute="userData")
+                    user_data[raw["InstanceId"]] = base64.b64decode(attr.get("UserData", {}).get("Value", "")).decode()
+                found.append(Running(f"{region}/{raw['InstanceId']}", tags.get("danlu-node", ""),
+                                     user_data[raw["InstanceId"]]))
         return found
 
     return running

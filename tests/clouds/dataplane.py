@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 from runtime.providers.metadata_server import MetadataServer
 
@@ -119,7 +120,7 @@ class DataPlane:
     """Boots the instances a cloud API reports (see the module docstring)."""
 
     def __init__(self, *, list_running: Callable[[], list[Running]], terminate: Callable[[str], None],
-                 sandbox: str | os.PathLike[str], env: Mapping[str, str] | None = None, poll_s: float = 0.3):
+                 sandbox: str | os.PathLike[str], env: Mapping[str, str] | None = None, poll_s: float = 0.5):
         self.list_running = list_running
         self.terminate = terminate
         self.sandbox = Path(sandbox)
@@ -148,7 +149,7 @@ class DataPlane:
         for node in nodes:
             self._kill(node)
 
-    def __enter__(self) -> DataPlane:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -28,7 +28,7 @@ from tests.clouds.aws_job import (
     write_job,
     write_project,
 )
-from tests.clouds.conftest import running_instances
+from tests.clouds.conftest import boto3_session, running_instances
 from tests.run.helpers import final_tensors
 
 pytestmark = pytest.mark.ddp
@@ -46,7 +46,7 @@ def test_two_interruptions_complete_with_s3_checkpoints_and_every_instance_bille
     job = write_job(tmp_path / "job.toml", bucket=moto.bucket, steps=STEPS, sleep=SLEEP)
     run_dir = tmp_path / "run"
     monkeypatch.chdir(project)
-    with Interrupter(aws_plane, moto.client("ec2"), run_dir, count=2, lead_s=6.0) as chaos:
+    with Interrupter(aws_plane, moto.client("ec2"), run_dir, count=2, lead_s=8.0) as chaos:
         rc = main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(run_dir), "--provider", "aws",
                    "--cooldown", "240"])
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -94,3 +94,96 @@ def test_two_interruptions_complete_with_s3_checkpoints_and_every_instance_bille
     assert final.keys() == reference.keys() and final
     for key, tensor in reference.items():
         assert (final[key] == tensor).all(), f"{key} differs from the uninterrupted run"
+
+
+ZONES = [f"use1-az{i}" for i in range(1, 8)]
+
+
+def test_each_capacity_code_blocks_its_pool_and_the_run_moves_on(
+    moto, aws_plane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Six pools refuse with the six EC2 capacity/quota codes in turn; the seventh runs the job."""
+    from runtime.providers.aws import AwsCompute, AwsOptions, AwsProvider
+    from tests.clouds.test_aws_compute import ISSUE_CODES, inject
+
+    answers: list[str | None] = list(ISSUE_CODES)
+    seen: list[list[str]] = []
+
+    def compute(cls, options):  # the real client, with botocore's hook answering the first calls
+        api = AwsCompute(boto3_session(), options=AwsOptions.model_validate(options.model_dump()))
+        seen.append(inject(api.client("us-east-1"), answers))
+        return api
+
+    monkeypatch.setattr(AwsProvider, "compute", classmethod(compute))
+    project = write_project(tmp_path / "project")
+    rows = [("aws", "us-east-1", zone, "g4dn.xlarge", 0.526, 0.16 + 0.01 * i) for i, zone in enumerate(ZONES)]
+    catalog = write_catalog(tmp_path / "catalog.csv", rows)
+    job = write_job(tmp_path / "job.toml", bucket=moto.bucket, steps=10, sleep=0, max_nodes=1, max_restarts=6,
+                    entrypoint=["python", "contract_only.py", "--seconds", "1"])
+    run_dir = tmp_path / "run"
+    monkeypatch.chdir(project)
+    rc = main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(run_dir), "--cooldown", "240"])
+    found = events(run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert rc == 0 and summary["status"] == "completed", summary
+    failed = [e for e in found if e["event"] == "provision_failed"]
+    assert len(failed) == len(ISSUE_CODES)
+    for event, code, zone in zip(failed, ISSUE_CODES, ZONES, strict=False):
+        assert code in event["reason"] and zone in event["pool"]
+    # Each refusal blocks its pool (it cools down) and the planner picks the next one.
+    plans = [e for e in found if e["event"] in ("plan", "replan") and e.get("pool")]
+    assert [p["pool"].rsplit("/", 1)[-1] for p in plans] == ZONES
+    assert [launch["pool_id"] for launch in summary["launches"]] == [f"aws:us-east-1/{ZONES[-1]}:g4dn.xlarge"]
+    assert seen == [[*ISSUE_CODES, "moto"]]  # one provider, seven RunInstances calls
+    assert running_instances(moto) == []
+    assert summary["cost_usd"] == pytest.approx(billed_from_events(found), rel=1e-9)
+
+
+def test_sigkill_after_provisioning_then_resume_leaves_nothing_running_or_billed_twice(
+    moto, aws_plane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    project = write_project(tmp_path / "project")
+    catalog = write_catalog(tmp_path / "catalog.csv")
+    job = write_job(tmp_path / "job.toml", bucket=moto.bucket, steps=10, sleep=0, max_nodes=1,
+                    entrypoint=["python", "contract_only.py", "--seconds", "1"])
+    run_dir = tmp_path / "run"
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, **moto.env, "PYTHONPATH": str(repo)}
+    controller = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from planner.cli import main; sys.exit(main(sys.argv[1:]))", "run",
+         str(job), "--catalog", str(catalog), "--run-dir", str(run_dir), "--cooldown", "240"],
+        cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        aws_plane.wait_for(lambda: len(aws_plane.nodes) >= 1, 120, "the first instance to boot")
+    finally:
+        controller.send_signal(signal.SIGKILL)
+        controller.wait(30)
+    [orphan] = list(aws_plane.nodes)
+    assert running_instances(moto) == [orphan.split("/")[1]]  # the dead controller's instance runs on
+
+    monkeypatch.chdir(project)
+    rc = main(["run", "--resume", str(run_dir)])
+    found = events(run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert rc == 0 and summary["status"] == "completed", summary
+    assert running_instances(moto) == []
+    assert aws_plane.nodes[orphan].gone
+    # One billing interval per instance that was recorded, each closed once: nothing twice.
+    ledger = Ledger(run_dir)
+    try:
+        intervals = ledger.intervals()
+    finally:
+        ledger.disconnect()
+    keys = [(i.key.launch_id, i.key.node) for i in intervals]
+    assert intervals and len(keys) == len(set(keys)) and all(not i.is_open for i in intervals)
+    ups = [(e["launch"], e["node"]) for e in found if e["event"] == "node_up"]
+    downs = [(e["launch"], e["node"]) for e in found if e["event"] == "node_down"]
+    assert len(downs) == len(set(downs)) and set(downs) == set(keys) and set(downs) <= set(ups)
+    billed = sum((i.end - i.start) * i.hourly_usd / 3600 for i in intervals)
+    assert summary["cost_usd"] == pytest.approx(billed, rel=1e-9)

@@ -138,7 +138,7 @@ def test_event_log_survives_a_torn_last_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--provider", "aws"], "provider 'aws' is not registered; registered providers: local"),
+        (["--provider", "nocloud"], "provider 'nocloud' is not registered; registered providers: "),
         (["--chaos", "when=3s"], "--chaos"),
         (["--chaos", "at=soon"], "not a duration"),
     ],
