@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["ACCOUNT", "ACCOUNT_KEY", "Azurite", "azurite_session", "find_azurite"]
+__all__ = ["ACCOUNT", "ACCOUNT_KEY", "Azurite", "azurite_session", "clear_adlfs_cache", "find_azurite"]
 
 # Azurite's well-known development account (https://learn.microsoft.com/azure/storage/common/storage-use-azurite
 # "Well-known storage account and key"): not a secret, the same in every Azurite.
@@ -133,6 +133,15 @@ def running_azurite(workspace: Path, binary: Path) -> Iterator[Azurite]:
                 process.wait(10)
 
 
+def clear_adlfs_cache() -> None:
+    """Forget cached ``az://`` filesystems: one made for an Azurite that is gone would still be used."""
+    try:
+        from adlfs import AzureBlobFileSystem
+    except ImportError:
+        return
+    AzureBlobFileSystem.clear_instance_cache()
+
+
 def azurite_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
     """Body of a session fixture: a running Azurite, or the tests skipped with the reason."""
     pytest.importorskip("adlfs", reason="adlfs is not installed (pip install 'danlu[azure]')")
@@ -141,3 +150,4 @@ def azurite_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurit
         pytest.skip(f"Azurite unavailable: {why}")
     with running_azurite(tmp_path_factory.mktemp("azurite"), binary) as azurite:
         yield azurite
+    clear_adlfs_cache()

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from runtime.training.store import CheckpointStore, Manifest
-from tests.clouds.azurite import Azurite, azurite_session
+from tests.clouds.azurite import Azurite, azurite_session, clear_adlfs_cache
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +23,7 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
 @pytest.fixture
 def root(azurite: Azurite, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
+    clear_adlfs_cache()  # fsspec keys its instances by arguments, not by this variable: drop other Azurites'
     container = f"ckpt-{uuid.uuid4().hex[:12]}"
     import fsspec
 

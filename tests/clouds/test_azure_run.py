@@ -37,7 +37,7 @@ from tests.clouds.aws_job import (
     straight_run,
     write_project,
 )
-from tests.clouds.azurite import Azurite, azurite_session
+from tests.clouds.azurite import Azurite, azurite_session, clear_adlfs_cache
 from tests.clouds.dataplane import DataPlane, Running
 from tests.run.helpers import HEADER, final_tensors
 
@@ -70,6 +70,7 @@ def container(azurite: Azurite, monkeypatch: pytest.MonkeyPatch) -> str:
     import fsspec
 
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
+    clear_adlfs_cache()  # fsspec keys its instances by arguments, not by this variable: drop other Azurites'
     name = f"run-{uuid.uuid4().hex[:10]}"
     fsspec.filesystem("az", connection_string=azurite.connection_string, skip_instance_cache=True).mkdir(name)
     return name
