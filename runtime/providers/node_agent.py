@@ -342,6 +342,8 @@ class NodeAgent:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # The Azure SDK (adlfs) logs every HTTP request and its headers at INFO: a heartbeat's worth of noise.
+    logging.getLogger("azure").setLevel(logging.WARNING)
     raw = os.environ.get(CONFIG_ENV)
     if not raw:
         print(f"node agent: ${CONFIG_ENV} is not set (the bootstrap sets it)", file=sys.stderr)

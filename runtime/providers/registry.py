@@ -33,6 +33,7 @@ BUILT_IN = {
     "local": "runtime.providers.local:LocalProvider",
     "aws": "runtime.providers.aws:AwsProvider",
     "gcp": "runtime.providers.gcp:GcpProvider",
+    "azure": "runtime.providers.azure:AzureProvider",
 }
 """Providers shipped in this package (name -> ``module:Class``), as pyproject.toml registers them."""
 

@@ -116,7 +116,12 @@ class CheckpointStore:
 
         self.root = root.rstrip("/") or "/"
         self.fs: AbstractFileSystem
-        self.fs, self._path = fsspec.core.url_to_fs(self.root)
+        # The commit rule needs what the store holds now: an object store's cached listings go stale
+        # (other machines commit here; s3fs and gcsfs keep listings forever by default, and adlfs
+        # 2026.8 invalidates the wrong key after a write, so a fresh manifest.json read "not found").
+        protocol = fsspec.core.split_protocol(self.root)[0]
+        options = {} if protocol in (None, "file", "local") else {"use_listings_cache": False}
+        self.fs, self._path = fsspec.core.url_to_fs(self.root, **options)
         self.is_local = "file" in _protocols(self.fs)
 
     def url(self, step: int) -> str:
@@ -128,9 +133,6 @@ class CheckpointStore:
 
     def step_dirs(self) -> list[int]:
         """Steps that have a directory, committed or not, in ascending order."""
-        # Other processes and machines commit here: a cached listing (s3fs and gcsfs keep
-        # theirs forever by default) would never show their newer checkpoints.
-        self.fs.invalidate_cache(self._path)
         if not self.fs.exists(self._path):
             return []
         steps = []
@@ -142,7 +144,6 @@ class CheckpointStore:
 
     def is_committed(self, step: int) -> bool:
         """True once ``step-N/manifest.json`` exists (the manifest is written last)."""
-        self.fs.invalidate_cache(self._dir(step))
         return self.fs.exists(posixpath.join(self._dir(step), MANIFEST_FILE))
 
     def committed_steps(self) -> list[int]:
