@@ -24,6 +24,7 @@ from tests.clouds.aws_job import (
     download,
     events,
     straight_run,
+    wait,
     write_catalog,
     write_job,
     write_project,
@@ -187,3 +188,31 @@ def test_sigkill_after_provisioning_then_resume_leaves_nothing_running_or_billed
     assert len(downs) == len(set(downs)) and set(downs) == set(keys) and set(downs) <= set(ups)
     billed = sum((i.end - i.start) * i.hourly_usd / 3600 for i in intervals)
     assert summary["cost_usd"] == pytest.approx(billed, rel=1e-9)
+
+
+def test_planner_cancel_of_a_detached_aws_run_terminates_every_instance_and_closes_its_billing(
+    moto, aws_plane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    project = write_project(tmp_path / "project")
+    catalog = write_catalog(tmp_path / "catalog.csv")
+    job = write_job(tmp_path / "job.toml", bucket=moto.bucket, steps=10, sleep=0, max_nodes=1,
+                    entrypoint=["python", "contract_only.py", "--seconds", "600"])
+    run_dir = tmp_path / "run"
+    monkeypatch.chdir(project)
+    # The background controller inherits moto's endpoint from the environment, as it would a profile.
+    assert main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(run_dir), "--detach"]) == 0
+    try:
+        wait(lambda: any(e["event"] == "training" for e in events(run_dir)), 240, "the detached run to train")
+        assert running_instances(moto)
+    finally:
+        assert main(["cancel", str(run_dir)]) == 0
+    assert running_instances(moto) == []
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "cancelled"
+    ledger = Ledger(run_dir)
+    try:
+        intervals = ledger.intervals()
+    finally:
+        ledger.disconnect()
+    assert intervals and all(not i.is_open for i in intervals)
+    assert summary["cost_usd"] == pytest.approx(billed_from_events(events(run_dir)), rel=1e-9)
