@@ -761,6 +761,8 @@ class Controller:
                              max_restarts=limit)
             if end.permanent:
                 self._finish("failed", end.reason)
+            elif not end.no_capacity and self._same_startup_failure():
+                self._finish("failed", f"{end.reason} (the same start-up failure twice: a retry would repeat it)")
             elif self.state.failures > limit:
                 self._finish("failed", f"{end.reason} (failed {self.state.failures} times; [run].max_restarts "
                                        f"= {limit})")
@@ -768,6 +770,14 @@ class Controller:
                 self._no_capacity()
             else:
                 self.save()  # retry on the same pool
+
+    def _same_startup_failure(self) -> bool:
+        """True when the last two launches died before training of the same error (an import
+        error, a missing file): not transient, so not worth another launch."""
+        if len(self.state.launches) < 2:
+            return False
+        before, last = self.state.launches[-2].startup_error(), self.state.launches[-1].startup_error()
+        return last is not None and last == before
 
     def _no_capacity(self) -> None:
         """The pool had no capacity: leave it out for the cool-down and plan elsewhere."""

@@ -158,6 +158,13 @@ class LaunchRecord(_Model):
     def label(self) -> str:
         return self.pool.label(self.nodes)
 
+    def startup_error(self) -> str | None:
+        """The error a launch that never trained died of (its node log's telling line), or None."""
+        if self.training_at is not None or self.outcome != "failed":
+            return None
+        cause = self.log_cause()
+        return cause.split(": ", 1)[1] if cause.startswith("; ") and ": " in cause else None
+
     def log_cause(self) -> str:
         """The telling line of the node logs (an exit code alone says little), or ''."""
         for node in self.hosts:
