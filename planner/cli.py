@@ -23,7 +23,7 @@ from runtime.errors import RuntimeFailure
 
 # Sub-commands in the order --help lists them; imported lazily so `planner quote`
 # never pays for torch or the cloud SDKs.
-COMMANDS = ("quote", "run", "status", "report", "alerts", "prices", "bench", "simulate")
+COMMANDS = ("quote", "run", "status", "report", "alerts", "prices", "bench", "simulate", "capacity")
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
