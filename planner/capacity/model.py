@@ -34,6 +34,8 @@ from planner.errors import SolverError
 from planner.milp import _quiet_stdout, _variable_factory
 
 RULES = ("pro_rata", "whole")
+NEGLIGIBLE_GPU_HOURS = 1e-9
+"""Demand below this (per period) is none: no plan buys a term for a nanosecond of a GPU."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,9 +147,9 @@ def elastic_segments(need: float, share: float, unit_hours: float, spot_usd: flo
     c1, c2 = firm / unit_hours, need / unit_hours
     least = 0
     if od_rate is None:
-        least = math.ceil(c1 - 1e-9)
+        least = math.ceil(c1)  # exact: a sliver of firm need still needs a whole unit
         if spot_rate is None:
-            least = math.ceil(c2 - 1e-9)
+            least = math.ceil(c2)
     points = sorted({least, *(max(least, v) for v in (math.floor(c1), math.ceil(c1), math.floor(c2),
                                                          math.ceil(c2)))})
     base = cost(points[0])
@@ -174,7 +176,7 @@ def _solve_class(cls: ClassDemand, offer: ClassOffers, demand: Demand, rule: str
     unit_hours = unit * P
     prob = pulp.LpProblem("danlu_capacity", pulp.LpMinimize)
     var = _variable_factory(prob)
-    peak_units = math.ceil(float(D.max()) * max(scenarios) / unit_hours - 1e-9)
+    peak_units = math.ceil(float(D.max()) * max(scenarios) / unit_hours)
     capacity: list[list] = [[] for _ in range(T)]
     reservation_cost = []
     buys = []
@@ -197,7 +199,7 @@ def _solve_class(cls: ClassDemand, offer: ClassOffers, demand: Demand, rule: str
         terms = []
         for t in range(T):
             need = float(D[t]) * factor
-            if need <= 0:
+            if need <= NEGLIGIBLE_GPU_HOURS:  # a sliver (say 1e-300) would underflow into a unit count of 0
                 continue
             base, segments, least = elastic_segments(need, cls.preemptible_share, unit_hours, spot_usd, od_usd)
             if least:
