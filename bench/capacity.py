@@ -30,11 +30,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from planner.capacity.demand import ClassDemand, Demand  # noqa: E402
-from planner.capacity.model import solve  # noqa: E402
-from planner.capacity.offers import class_offers  # noqa: E402
-from pricing.catalog import Catalog, Offering  # noqa: E402
-from pricing.embedded_catalog import load_embedded_catalog  # noqa: E402
+from planner.capacity.demand import ClassDemand, Demand
+from planner.capacity.model import solve
+from planner.capacity.offers import class_offers
+from pricing.catalog import Catalog, Offering
+from pricing.embedded_catalog import load_embedded_catalog
 
 HORIZON = 156
 CLASSES = 20

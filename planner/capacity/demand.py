@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from planner.capacity.errors import CapacitySpecError
 from pricing.catalog import PURCHASE_OPTIONS
@@ -245,8 +252,9 @@ def read_forecast_csv(path: Path, *, key: str, source: str) -> list[float]:
             period = int(row["period"])
             hours = float(row["gpu_hours"])
         except (TypeError, ValueError):
-            raise CapacitySpecError(source, [f"{key}: {path} line {line}: period must be a whole number and "
-                                             f"gpu_hours a number (got {row['period']!r}, {row['gpu_hours']!r})"]) \
+            raise CapacitySpecError(source, [(
+                f"{key}: {path} line {line}: period must be a whole number and gpu_hours a number "
+                f"(got {row['period']!r}, {row['gpu_hours']!r})")]) \
                 from None
         if not (math.isfinite(hours) and 0 <= hours <= 1e12):
             raise CapacitySpecError(source, [f"{key}: {path} line {line}: gpu_hours must be between 0 and 1e12"])
@@ -275,8 +283,8 @@ def read_trace(path: Path, *, source: str, key: str) -> Jobs:
         try:
             s, d, g = float(row["submit_time_s"]), float(row["duration_s"]), float(row["num_gpus"])
         except (TypeError, ValueError):
-            raise CapacitySpecError(source, [f"{key}: {path} line {line}: submit_time_s, duration_s and num_gpus "
-                                             "must be numbers"]) from None
+            raise CapacitySpecError(source, [
+                f"{key}: {path} line {line}: submit_time_s, duration_s and num_gpus must be numbers"]) from None
         if not (math.isfinite(s) and math.isfinite(d) and math.isfinite(g)) or s < 0 or d < 0 or g < 0:
             raise CapacitySpecError(source, [f"{key}: {path} line {line}: times and GPUs must be finite and >= 0"])
         submit.append(s)
@@ -300,8 +308,9 @@ def trace_period_hours(jobs: Jobs, period_hours: float, *, default_gpu: str, sta
     length = period_hours * 3600.0
     count = int((end - start_s) // length + 1e-9)
     if count < 1:
-        raise CapacitySpecError("trace", [f"the trace window ({end - start_s:.0f} s) is shorter than one period "
-                                          f"({length:.0f} s); widen window_start_s/window_end_s"])
+        raise CapacitySpecError("trace", [(
+            f"the trace window ({end - start_s:.0f} s) is shorter than one period ({length:.0f} s); "
+            "widen window_start_s/window_end_s")])
     bounds = start_s + length * np.arange(count + 1)
     types = np.array([t or default_gpu for t in jobs.gpu_type])
     out: dict[str, list[float]] = {}
@@ -333,8 +342,8 @@ def _csv_rows(path: Path, required: tuple[str, ...], *, key: str, source: str) -
             header = [h.strip() for h in (reader.fieldnames or [])]
             missing = [c for c in required if c not in header]
             if missing:
-                raise CapacitySpecError(source, [f"{key}: {path} has no column {missing[0]!r}; expected columns "
-                                                 f"{','.join(required)}"])
+                raise CapacitySpecError(source, [
+                    f"{key}: {path} has no column {missing[0]!r}; expected columns {','.join(required)}"])
             reader.fieldnames = header
             return [(i + 2, row) for i, row in enumerate(reader)]
     except FileNotFoundError:

@@ -20,6 +20,7 @@ criterion), ``best_k`` being the class's optimum in scenario k alone.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -154,7 +155,7 @@ def elastic_segments(need: float, share: float, unit_hours: float, spot_usd: flo
                                                          math.ceil(c2)))})
     base = cost(points[0])
     segments = []
-    for lo, hi in zip(points, points[1:]):
+    for lo, hi in itertools.pairwise(points):
         if hi > lo:
             segments.append(((cost(hi) - cost(lo)) / (hi - lo), float(hi - lo)))
     return base, segments, least
@@ -223,7 +224,7 @@ def _solve_class(cls: ClassDemand, offer: ClassOffers, demand: Demand, rule: str
     for option, x in buys:
         L = option.term_periods(P)
         for s, v in enumerate(x):
-            count = int(round(v.value() or 0))
+            count = round(v.value() or 0)
             if count:
                 out.append(Reservation(cls.name, option, s, count, min(L, T - s), charge(option, s, T, P, rule)))
     return out

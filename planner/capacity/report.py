@@ -26,7 +26,13 @@ from rich.console import Console
 
 from planner.capacity.demand import Demand
 from planner.capacity.errors import NoOfferError
-from planner.capacity.model import CapacityPlan, Reservation, class_costs, evaluate, solve
+from planner.capacity.model import (
+    CapacityPlan,
+    Reservation,
+    class_costs,
+    evaluate,
+    solve,
+)
 from planner.capacity.offers import ClassOffers
 from planner.tables import Column, fitted_table
 
