@@ -134,7 +134,13 @@ def handle_plan(args: argparse.Namespace, console: Console) -> int:
 def handle_replay(args: argparse.Namespace, console: Console) -> int:
     import numpy as np
 
-    from planner.capacity.demand import PERIOD_HOURS, ClassDemand, Demand, read_trace, trace_period_hours
+    from planner.capacity.demand import (
+        PERIOD_HOURS,
+        ClassDemand,
+        Demand,
+        read_trace,
+        trace_period_hours,
+    )
     from planner.capacity.errors import NoOfferError
     from planner.capacity.offers import class_offers
     from planner.capacity.replay import cheapest_option, replay_all, rotations
