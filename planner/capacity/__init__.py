@@ -2,6 +2,6 @@
 
 demand.py reads the demand file (forecast or job trace) into per-period GPU-hours;
 offers.py turns the catalog into the prices each GPU class can be served at;
-model.py is the MILP; report.py the baselines, sensitivity, JSON and chart;
-replay.py the online mode; queue.py the queue mode.
+model.py is the MILP; report.py the baselines, sensitivity and JSON; plot.py the chart;
+replay.py the online mode (the queue mode is not built yet).
 """
