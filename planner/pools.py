@@ -20,10 +20,12 @@ import numpy as np
 from planner.errors import JobSpecError, PlannerError
 from planner.job import JobSpec
 from planner.overhead import SpotOverhead, spot_overhead
+from planner.transfer import Transfers
 from planner.workload import WorkModel
 from pricing.carbon import kg_co2e_per_node_hour
 from pricing.catalog import Catalog, CatalogFilter, Offering
 from pricing.clouds import notice_lead_s
+from pricing.egress import Site
 from pricing.pool import Pool
 from pricing.risk import interruption_rate as default_interruption_rate
 
@@ -47,6 +49,18 @@ class Config:
     as_of: dt.date | None = None  # date of the price this configuration rests on
     overhead: SpotOverhead | None = None
     carbon_estimated: bool = False
+    # Data gravity (planner.transfer): staging the dataset into this pool's region, once per
+    # region a plan uses (no node-hours); loading a checkpoint stored elsewhere on entering
+    # the phase (``entry_*``: a later phase; ``start_*``: the first phase of a re-plan), on
+    # running nodes; egress per expected wall hour (streamed data, restarts' checkpoint loads).
+    stage_usd: float = 0.0
+    stage_hours: float = 0.0
+    entry_usd: float = 0.0
+    entry_hours: float = 0.0
+    start_usd: float = 0.0
+    start_hours: float = 0.0
+    data_usd_per_hour: float = 0.0
+    ckpt_usd_per_hour: float = 0.0
 
     @property
     def purchase(self) -> str:
@@ -79,6 +93,32 @@ class Config:
     def family(self) -> tuple[str, str]:
         return self.pool.key
 
+    @property
+    def site(self) -> Site:
+        return Site(self.pool.cloud, self.pool.region)
+
+    @property
+    def egress_per_hour(self) -> float:
+        return self.data_usd_per_hour + self.ckpt_usd_per_hour
+
+    @property
+    def entry_cost(self) -> float:
+        """Charged when the configuration is a later phase: the checkpoint's egress and its load on running nodes."""
+        return self.entry_usd + self.burn * self.entry_hours
+
+    @property
+    def start_cost(self) -> float:
+        """Charged when it is the first phase (non-zero in a re-plan that resumes from a remote checkpoint)."""
+        return self.start_usd + self.burn * self.start_hours
+
+    @property
+    def transfer_group(self) -> tuple:
+        """What configurations must share to be compared by dominance: their transfer charges, and
+        their site when staging is paid once per site (phases in one region share one copy)."""
+        shared = self.site if (self.stage_usd or self.stage_hours) else None
+        return (shared, self.stage_usd, self.stage_hours, self.entry_usd, self.entry_hours, self.start_usd,
+                self.start_hours)
+
 
 @dataclass(slots=True)
 class CandidateSet:
@@ -86,6 +126,7 @@ class CandidateSet:
     considered: int
     pruned: int
     warnings: list[str] = field(default_factory=list)
+    transfers: Transfers = field(default_factory=Transfers)
 
 
 def catalog_filter(job: JobSpec, work: WorkModel) -> CatalogFilter:
@@ -123,13 +164,15 @@ def candidate_configs(
     objective: str | None = None,
     carbon_per_node_hour: Callable[[Offering], float | None] | None = None,
     prune: bool = True,
+    transfers: Transfers | None = None,
 ) -> CandidateSet:
     """Every feasible configuration of the job on the catalog, dominated ones pruned.
 
     ``interruption_rates`` (per spot pool id) replace the catalog's estimate, pools whose
     :attr:`Pool.key` is in ``blocked`` are left out, ``purchase`` narrows the job's
     ``purchase.allow``, ``max_nodes`` replaces ``constraints.max_nodes`` and ``objective``
-    (default: the job's) is the one the MILP will minimise, which decides what pruning keeps.
+    (default: the job's) is the one the MILP will minimise, which decides what pruning keeps;
+    ``transfers`` (default: none) prices reaching the data and the checkpoint from each pool.
     """
     check_gpu_names(job, catalog)
     today = today or dt.date.today()
@@ -142,8 +185,10 @@ def candidate_configs(
     if no_speed:
         warnings.append(f"no throughput figure for {', '.join(no_speed)}: those GPUs were not considered")
 
+    transfers = transfers or Transfers()
     builder = _Builder(job, work, max_gpus=job.constraints.max_gpus or 10**9,
-                       max_nodes=max_nodes or job.constraints.max_nodes, carbon=carbon_per_node_hour)
+                       max_nodes=max_nodes or job.constraints.max_nodes, carbon=carbon_per_node_hour,
+                       transfers=transfers)
     usable = [o for o in offerings if work.speed(o.gpu) is not None]
     pools: list[tuple[Pool, Offering]] = []
     if "spot" in allowed:
@@ -163,7 +208,7 @@ def candidate_configs(
     considered = len(configs)
     carbon = (objective or job.objective.minimize) == "carbon"
     kept = prune_dominated(configs, carbon=carbon) if prune else configs
-    return CandidateSet(kept, considered, considered - len(kept), warnings)
+    return CandidateSet(kept, considered, considered - len(kept), warnings, transfers)
 
 
 def _one_per_region(offerings: Iterable[Offering]) -> list[Offering]:
@@ -186,6 +231,7 @@ class _Builder:
     max_gpus: int
     max_nodes: int
     carbon: Callable[[Offering], float | None]
+    transfers: Transfers = field(default_factory=Transfers)
 
     def configs(self, pool: Pool, offering: Offering, risk: float | None, *, max_nodes: int | None = None):
         out = []
@@ -205,6 +251,10 @@ class _Builder:
         if kg is None:
             kg = o.gpus_per_node * 0.4 * FALLBACK_KG_PER_KWH  # 400 W per GPU when the power is unknown too
         ckpt_h = job.workload.checkpoint_gb / (job.overheads.checkpoint_write_gbps * n) / 3600.0
+        site = Site(pool.cloud, pool.region)
+        t = self.transfers
+        stage_usd, stage_h = t.stage(site)
+        load_usd, load_h = t.load(site)
         overhead = None
         wall, p90 = 1.0, 1.0
         if risk is not None:
@@ -212,15 +262,27 @@ class _Builder:
                 interruption_rate=risk,
                 nodes=n,
                 checkpoint_hours=ckpt_h,
-                restart_hours=job.overheads.restart_minutes / 60.0 + ckpt_h,
+                # a restart reads the checkpoint back: from its store, when that is elsewhere
+                restart_hours=job.overheads.restart_minutes / 60.0 + ckpt_h + load_h,
                 notice_hours=notice_lead_s(pool.cloud) / 3600,
                 nominal_hours=work.work / raw,
             )
             if overhead is None:
                 return None
             wall, p90 = overhead.wall_factor, overhead.p90_factor / overhead.wall_factor
-        return Config(pool=pool, nodes=n, raw_rate=raw, rate=raw / wall, p90_factor=p90, kg_per_hour=kg * n,
-                      as_of=o.as_of, overhead=overhead, carbon_estimated=estimated)
+        rate = raw / wall
+        # Streamed reads are paid per unit of work done here; each expected restart reloads the checkpoint,
+        # and every checkpoint written to a store in another region or cloud leaves this one.
+        data_ph = t.stream_usd_per_gb_total(site) * rate / work.work if work.work > 0 else 0.0
+        ckpt_ph = 0.0
+        if overhead is not None:
+            writes = risk * n if math.isinf(overhead.interval_hours) else 1.0 / (overhead.interval_hours * wall)
+            ckpt_ph = load_usd * risk * n + t.write_usd(site) * writes
+        return Config(pool=pool, nodes=n, raw_rate=raw, rate=rate, p90_factor=p90, kg_per_hour=kg * n,
+                      as_of=o.as_of, overhead=overhead, carbon_estimated=estimated,
+                      stage_usd=stage_usd, stage_hours=stage_h, entry_usd=load_usd, entry_hours=load_h,
+                      start_usd=load_usd if t.resume else 0.0, start_hours=load_h if t.resume else 0.0,
+                      data_usd_per_hour=data_ph, ckpt_usd_per_hour=ckpt_ph)
 
 
 def _held_configs(job, work, catalog, today, builder: _Builder, warnings) -> list[Config]:
@@ -248,13 +310,25 @@ def _held_configs(job, work, catalog, today, builder: _Builder, warnings) -> lis
 
 
 def prune_dominated(configs: list[Config], *, carbon: bool = False) -> list[Config]:
-    """Drop configurations another one beats on every traded-off quantity (see module doc)."""
+    """Drop configurations another one beats on every traded-off quantity (see module doc).
+
+    Configurations are compared only with those that pay the same per-site transfer charges
+    (one group without data gravity): a lower rate elsewhere may not beat a free dataset here."""
+    groups: dict[tuple, list[Config]] = {}
+    for c in configs:
+        groups.setdefault(c.transfer_group, []).append(c)
+    if len(groups) > 1:
+        return [k for members in groups.values() for k in _prune_group(members, carbon=carbon)]
+    return _prune_group(configs, carbon=carbon)
+
+
+def _prune_group(configs: list[Config], *, carbon: bool) -> list[Config]:
     free = [c for c in configs if c.fixed_usd == 0 and c.max_hours is None]
     rest = [c for c in configs if not (c.fixed_usd == 0 and c.max_hours is None)]
     if len(free) < 2:
         return configs
     cols = [
-        [c.burn / c.rate for c in free],
+        [(c.burn + c.egress_per_hour) / c.rate for c in free],
         [c.p90_factor / c.rate for c in free],
         [1.0 / c.rate for c in free],
         [c.burn for c in free],
