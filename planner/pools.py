@@ -22,12 +22,13 @@ from planner.job import JobSpec
 from planner.overhead import SpotOverhead, spot_overhead
 from planner.transfer import Transfers
 from planner.workload import WorkModel
+from pricing import learned as learned_store
 from pricing.carbon import kg_co2e_per_node_hour
 from pricing.catalog import Catalog, CatalogFilter, Offering
 from pricing.clouds import notice_lead_s
 from pricing.egress import Site
 from pricing.pool import Pool
-from pricing.risk import interruption_rate as default_interruption_rate
+from pricing.risk import RiskEstimate, estimate
 
 FALLBACK_KG_PER_KWH = 0.475
 """World-average grid intensity (IEA 2019 figure used by Cloud Carbon Footprint docs) for regions we have no factor for."""
@@ -53,6 +54,7 @@ class Config:
     # region a plan uses (no node-hours); loading a checkpoint stored elsewhere on entering
     # the phase (``entry_*``: a later phase; ``start_*``: the first phase of a re-plan), on
     # running nodes; egress per expected wall hour (streamed data, restarts' checkpoint loads).
+    risk: RiskEstimate | None = None  # spot: the interruption rate used and where it comes from
     stage_usd: float = 0.0
     stage_hours: float = 0.0
     entry_usd: float = 0.0
@@ -165,6 +167,7 @@ def candidate_configs(
     carbon_per_node_hour: Callable[[Offering], float | None] | None = None,
     prune: bool = True,
     transfers: Transfers | None = None,
+    learned: Mapping[tuple[str, str, str], tuple[int, float]] | None = None,
 ) -> CandidateSet:
     """Every feasible configuration of the job on the catalog, dominated ones pruned.
 
@@ -172,15 +175,23 @@ def candidate_configs(
     :attr:`Pool.key` is in ``blocked`` are left out, ``purchase`` narrows the job's
     ``purchase.allow``, ``max_nodes`` replaces ``constraints.max_nodes`` and ``objective``
     (default: the job's) is the one the MILP will minimise, which decides what pruning keeps;
-    ``transfers`` (default: none) prices reaching the data and the checkpoint from each pool.
+    ``transfers`` (default: none) prices reaching the data and the checkpoint from each pool;
+    ``learned`` holds past runs' (preemptions, node-hours) per (cloud, region, type) (default: the
+    store of :mod:`pricing.learned`).
     """
     check_gpu_names(job, catalog)
     today = today or dt.date.today()
     rates = interruption_rates or {}
+    store_warnings: list[str] = []
+    if learned is None:
+        try:
+            learned = learned_store.load()
+        except learned_store.LearnedRatesError as exc:  # old evidence must not block a quote
+            learned, store_warnings = {}, [f"past runs' interruption counts ignored: {exc}"]
     carbon_per_node_hour = carbon_per_node_hour or kg_co2e_per_node_hour
     allowed = {p for p in job.purchase.allow if purchase is None or p in purchase}
     offerings = catalog.filter(catalog_filter(job, work)).offerings
-    warnings: list[str] = list(work.warnings)
+    warnings: list[str] = list(work.warnings) + store_warnings
     no_speed = sorted({o.gpu for o in offerings if work.speed(o.gpu) is None})
     if no_speed:
         warnings.append(f"no throughput figure for {', '.join(no_speed)}: those GPUs were not considered")
@@ -202,7 +213,10 @@ def candidate_configs(
     for pool, o in pools:
         if pool.key in blocked:
             continue
-        risk = (rates.get(pool.id) or default_interruption_rate(o)) if pool.purchase == "spot" else None
+        risk = None
+        if pool.purchase == "spot":
+            risk = (RiskEstimate(rates[pool.id], "learned in this run") if rates.get(pool.id)
+                    else estimate(o, learned=learned))
         configs += builder.configs(pool, o, risk)
     configs += _held_configs(job, work, catalog, today, builder, warnings)
     considered = len(configs)
@@ -233,7 +247,7 @@ class _Builder:
     carbon: Callable[[Offering], float | None]
     transfers: Transfers = field(default_factory=Transfers)
 
-    def configs(self, pool: Pool, offering: Offering, risk: float | None, *, max_nodes: int | None = None):
+    def configs(self, pool: Pool, offering: Offering, risk: RiskEstimate | None, *, max_nodes: int | None = None):
         out = []
         for n in range(1, min(self.max_nodes, max_nodes or 10**9) + 1):
             if n * pool.gpus_per_node > self.max_gpus:
@@ -243,7 +257,7 @@ class _Builder:
                 out.append(cfg)
         return out
 
-    def _config(self, pool: Pool, o: Offering, n: int, risk: float | None) -> Config | None:
+    def _config(self, pool: Pool, o: Offering, n: int, estimated_risk: RiskEstimate | None) -> Config | None:
         job, work = self.job, self.work
         raw = work.rate(pool.gpu, n * pool.gpus_per_node)
         kg = self.carbon(o)
@@ -257,6 +271,7 @@ class _Builder:
         load_usd, load_h = t.load(site)
         overhead = None
         wall, p90 = 1.0, 1.0
+        risk = estimated_risk.rate if estimated_risk is not None else None
         if risk is not None:
             overhead = spot_overhead(
                 interruption_rate=risk,
@@ -279,7 +294,7 @@ class _Builder:
             writes = risk * n if math.isinf(overhead.interval_hours) else 1.0 / (overhead.interval_hours * wall)
             ckpt_ph = load_usd * risk * n + t.write_usd(site) * writes
         return Config(pool=pool, nodes=n, raw_rate=raw, rate=rate, p90_factor=p90, kg_per_hour=kg * n,
-                      as_of=o.as_of, overhead=overhead, carbon_estimated=estimated,
+                      as_of=o.as_of, overhead=overhead, carbon_estimated=estimated, risk=estimated_risk,
                       stage_usd=stage_usd, stage_hours=stage_h, entry_usd=load_usd, entry_hours=load_h,
                       start_usd=load_usd if t.resume else 0.0, start_hours=load_h if t.resume else 0.0,
                       data_usd_per_hour=data_ph, ckpt_usd_per_hour=ckpt_ph)

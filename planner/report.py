@@ -54,6 +54,8 @@ def plan_json(view: PlanView) -> dict[str, Any]:
             phase["risk"] = {
                 "interruptions_per_hour": round(1.0 / c.overhead.mtbf_hours, 6),
                 "expected_interruptions": round(p.work_hours / c.overhead.mtbf_hours, 3),
+                "rate_source": c.risk.source if c.risk else None,
+                "rate_is_default": bool(c.risk and c.risk.default),
                 "checkpoint_mode": c.overhead.mode,
                 "checkpoint_interval_minutes": (
                     round(c.overhead.interval_hours * 60, 2) if c.overhead.interval_hours != float("inf") else None
@@ -145,9 +147,13 @@ def _risk_lines(view: PlanView) -> list[str]:
         if ov is None:
             continue
         interval = "" if ov.interval_hours == float("inf") else f", checkpoint every {ov.interval_hours * 60:.0f} min"
+        risk = p.config.risk
+        source = ""
+        if risk is not None:
+            source = f"; {risk.rate:.3f} interruptions/node-h, {risk.source}"
         out.append(
             f"phase {i}: MTBF {ov.mtbf_hours:.1f} h, {p.work_hours / ov.mtbf_hours:.1f} interruptions expected, "
-            f"{ov.mode}{interval}, restart {ov.restart_hours * 60:.0f} min"
+            f"{ov.mode}{interval}, restart {ov.restart_hours * 60:.0f} min{source}"
         )
     return out
 
