@@ -332,9 +332,46 @@ def prune_dominated(configs: list[Config], *, carbon: bool = False) -> list[Conf
     groups: dict[tuple, list[Config]] = {}
     for c in configs:
         groups.setdefault(c.transfer_group, []).append(c)
-    if len(groups) > 1:
-        return [k for members in groups.values() for k in _prune_group(members, carbon=carbon)]
-    return _prune_group(configs, carbon=carbon)
+    if len(groups) == 1:
+        return _prune_group(configs, carbon=carbon)
+    kept = [k for members in groups.values() for k in _prune_group(members, carbon=carbon)]
+    return _prune_staged(kept, carbon=carbon)
+
+
+def _criteria(configs: list[Config], carbon: bool) -> np.ndarray:
+    cols = [
+        [(c.burn + c.egress_per_hour) / c.rate for c in configs],
+        [c.p90_factor / c.rate for c in configs],
+        [1.0 / c.rate for c in configs],
+        [c.burn for c in configs],
+    ]
+    if carbon:
+        cols.append([c.kg_per_hour / c.rate for c in configs])
+    return np.array(cols).T  # configs x criteria
+
+
+def _prune_staged(configs: list[Config], *, carbon: bool) -> list[Config]:
+    """Drop a configuration that pays for staging the data when one that needs no copy beats it.
+
+    Replacing it by the stage-free one never adds a copy, so no plan gets worse; against another
+    staged site that is not so (phases in one region share their copy), hence the groups above."""
+    def loads(c: Config) -> tuple[float, ...]:
+        return (c.entry_usd, c.entry_hours, c.start_usd, c.start_hours)
+
+    plain = [c for c in configs if c.fixed_usd == 0 and c.max_hours is None]
+    free = [c for c in plain if not (c.stage_usd or c.stage_hours)]
+    staged = [c for c in plain if c.stage_usd or c.stage_hours]
+    if not free or not staged:
+        return configs
+    f, m = _criteria(free, carbon), _criteria(staged, carbon)
+    fl, sl = np.array([loads(c) for c in free]), np.array([loads(c) for c in staged])
+    eps = 1e-12
+    # [staged, free]: the free configuration is at least as good on every criterion and every load
+    better = np.all(f[None, :, :] <= m[:, None, :] + eps * np.abs(m[:, None, :]), axis=2)
+    better &= np.all(fl[None, :, :] <= sl[:, None, :] + 1e-15, axis=2)
+    beaten = better.any(axis=1)
+    drop = {id(c) for c, b in zip(staged, beaten) if b}
+    return [c for c in configs if id(c) not in drop]
 
 
 def _prune_group(configs: list[Config], *, carbon: bool) -> list[Config]:
@@ -342,15 +379,7 @@ def _prune_group(configs: list[Config], *, carbon: bool) -> list[Config]:
     rest = [c for c in configs if not (c.fixed_usd == 0 and c.max_hours is None)]
     if len(free) < 2:
         return configs
-    cols = [
-        [(c.burn + c.egress_per_hour) / c.rate for c in free],
-        [c.p90_factor / c.rate for c in free],
-        [1.0 / c.rate for c in free],
-        [c.burn for c in free],
-    ]
-    if carbon:
-        cols.append([c.kg_per_hour / c.rate for c in free])
-    m = np.array(cols).T  # configs x criteria
+    m = _criteria(free, carbon)
     keep = np.ones(len(free), dtype=bool)
     order = np.lexsort(m.T[::-1])  # best-first on the first criterion: dominators come early
     eps = 1e-12
