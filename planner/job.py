@@ -26,6 +26,7 @@ from pydantic import (
 
 from planner.errors import JobSpecError
 from pricing.catalog import PURCHASE_OPTIONS
+from pricing.egress import DEFAULT_TRANSFER_GBPS, LocationError, Site, parse_site
 
 WORK_UNITS = ("tokens", "samples", "steps", "gpu_hours")
 _EMAIL = re.compile(r"[^@\s<>,;\"]{1,64}@[A-Za-z0-9.-]{1,255}")
@@ -150,6 +151,39 @@ class Overheads(_Section):
     checkpoint_write_gbps: float = Field(default=1.0, ge=1e-3, le=1e4, description="per-node checkpoint write bandwidth")
 
 
+class Data(_Section):
+    """Where the training data lives: a pool elsewhere pays its egress and transfer time.
+
+    ``constraints.regions`` stays the hard residency rule; this is the soft cost."""
+
+    location: str = Field(description='"cloud:region" (e.g. "gcp:us-central1") or an object-store URL')
+    region: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$",
+                               description="the bucket's region, for an object-store URL")
+    dataset_gb: float = Field(ge=0, le=1e8)
+    read: Literal["once", "every_epoch"] = Field(
+        default="once", description="once: copied to the pool's region before training; every_epoch: streamed")
+    epochs: int = Field(default=1, ge=1, le=100_000, description="full passes over the data (every_epoch)")
+    transfer_gbps: float = Field(default=DEFAULT_TRANSFER_GBPS, gt=0, le=10_000,
+                                 description="Gbit/s between regions or clouds")
+
+    @model_validator(mode="after")
+    def _where(self) -> Data:
+        try:
+            parse_site(self.location, self.region)
+        except LocationError as exc:
+            raise ValueError(f"location: {exc}") from None
+        return self
+
+    @property
+    def site(self) -> Site:
+        return parse_site(self.location, self.region)
+
+    @property
+    def gb_moved(self) -> float:
+        """GB read from the data's location over the whole job."""
+        return self.dataset_gb * (self.epochs if self.read == "every_epoch" else 1)
+
+
 class Run(_Section):
     entrypoint: tuple[str, ...] = Field(default=(), max_length=1024)
     # Any name: providers are found at run time through the danlu.providers entry points, so a
@@ -157,6 +191,9 @@ class Run(_Section):
     provider: str = Field(default="local", pattern=r"^[a-z][a-z0-9_-]{0,39}$")
     nproc_per_node: int = Field(default=1, ge=1, le=64)
     checkpoint_dir: str | None = None
+    checkpoint_region: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$",
+        description="region of an object-store checkpoint_dir, so a pool elsewhere pays for loading it")
     # The provider's own settings (image, network, service account...); the provider checks
     # them (runtime.providers.base.Provider.check_options) before a run directory exists.
     options: dict[str, OptionValue] = Field(default_factory=dict, max_length=100)
@@ -183,6 +220,16 @@ class Run(_Section):
                 raise ValueError(f"checkpoint_dir scheme {scheme!r} is not one of {', '.join(CHECKPOINT_SCHEMES)}; "
                                  "give a local path or e.g. s3://bucket/prefix")
         return value
+
+    @property
+    def checkpoint_site(self) -> Site | None:
+        """Where checkpoints are stored, when that is a cloud region the job names; else None."""
+        if not self.checkpoint_dir or "://" not in self.checkpoint_dir or not self.checkpoint_region:
+            return None
+        try:
+            return parse_site(self.checkpoint_dir, self.checkpoint_region)
+        except LocationError:  # memory:// and file:// are nowhere in a cloud
+            return None
 
 
 class Alerts(_Section):
@@ -243,6 +290,7 @@ class JobSpec(_Section):
     overheads: Overheads = Overheads()
     run: Run = Run()
     alerts: Alerts = Alerts()
+    data: Data | None = None
 
 
 def load_job(path: str | Path) -> JobSpec:
@@ -338,7 +386,7 @@ def _describe(error: dict[str, Any], raw: dict[str, Any]) -> str:
     given = error.get("input")
     secret = key.startswith("alerts.smtp_url")  # may hold a password: never echoed
     shown = "" if isinstance(given, dict) or given is None or secret else f" (got {_shown(given)})"
-    if key.endswith(("workload", "purchase", "alerts", "run")) and kind == "value_error":
+    if key.endswith(("workload", "purchase", "alerts", "run", "data")) and kind == "value_error":
         return f"{key}: {msg}"
     return f"{key}: {msg}{shown}"
 

@@ -52,16 +52,28 @@ class Limits:
 @dataclass(frozen=True, slots=True)
 class Phase:
     config: Config
-    hours: float  # expected wall hours, the switch into this phase included
+    hours: float  # expected wall hours: the switch into this phase, its checkpoint load and data staging included
     switch_hours: float
+    load_hours: float = 0.0  # loading a checkpoint stored in another region or cloud (nodes running)
+    stage_hours: float = 0.0  # copying the dataset into this phase's region first (no nodes yet)
+    data_usd: float = 0.0  # data egress: the staging copy, or streamed reads
+    checkpoint_usd: float = 0.0  # checkpoint egress: the load on entry and the reloads after preemptions
+
+    @property
+    def billed_hours(self) -> float:
+        return self.hours - self.stage_hours
 
     @property
     def cost(self) -> float:
-        return self.config.burn * self.hours + self.config.fixed_usd
+        return self.config.burn * self.billed_hours + self.config.fixed_usd + self.data_usd + self.checkpoint_usd
 
     @property
     def work_hours(self) -> float:
-        return self.hours - self.switch_hours
+        return self.hours - self.switch_hours - self.load_hours - self.stage_hours
+
+    @property
+    def egress_usd(self) -> float:
+        return self.data_usd + self.checkpoint_usd
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +90,7 @@ class Solution:
 
     @property
     def p90_hours(self) -> float:
-        return sum(p.work_hours * p.config.p90_factor + p.switch_hours for p in self.phases)
+        return sum(p.work_hours * p.config.p90_factor + p.hours - p.work_hours for p in self.phases)
 
     @property
     def kg_co2e(self) -> float:
@@ -114,14 +126,20 @@ def solve(
     classes = sorted({PURCHASE_CLASS[c.purchase] for c in configs})
     u = {c: var(f"u{c}", 0, 1, pulp.LpBinary) for c in classes}
     R = limits.switch_hours
+    # Data staged once per site a plan uses (z), whatever number of phases run there.
+    staged = _staged_sites(configs)
+    z = {site: var(f"z{i}", 0, 1, pulp.LpBinary) for i, site in enumerate(staged)}
 
     cost = pulp.lpSum(
-        c.burn * h[k] + c.fixed_usd * y[k] + R * c.burn * (y[k] - f[k]) for k, c in enumerate(configs)
-    )
-    hours = pulp.lpSum(h) + R * pulp.lpSum(y[k] - f[k] for k in idx)
-    p90_hours = pulp.lpSum(c.p90_factor * h[k] for k, c in enumerate(configs)) + R * pulp.lpSum(
-        y[k] - f[k] for k in idx
-    )
+        (c.burn + c.egress_per_hour) * h[k] + c.fixed_usd * y[k] + (R * c.burn + c.entry_cost) * (y[k] - f[k])
+        + c.start_cost * f[k]
+        for k, c in enumerate(configs)
+    ) + pulp.lpSum(usd * z[site] for site, (usd, _) in staged.items())
+    extra_hours = pulp.lpSum(
+        (R + c.entry_hours) * (y[k] - f[k]) + c.start_hours * f[k] for k, c in enumerate(configs)
+    ) + pulp.lpSum(hrs * z[site] for site, (_, hrs) in staged.items())
+    hours = pulp.lpSum(h) + extra_hours
+    p90_hours = pulp.lpSum(c.p90_factor * h[k] for k, c in enumerate(configs)) + extra_hours
     if objective == "cost":
         prob += cost
     elif objective == "time":
@@ -130,7 +148,8 @@ def solve(
         prob += p90_hours + TIE_BREAK * cost
     elif objective == "carbon":
         prob += (
-            pulp.lpSum(c.kg_per_hour * (h[k] + R * (y[k] - f[k])) for k, c in enumerate(configs))
+            pulp.lpSum(c.kg_per_hour * (h[k] + (R + c.entry_hours) * (y[k] - f[k]) + c.start_hours * f[k])
+                       for k, c in enumerate(configs))
             + TIE_BREAK * cost
         )
     else:
@@ -147,6 +166,8 @@ def solve(
         prob += y[k] <= u[cls], f"class{k}"
         for earlier in (e for e in classes if e < cls):
             prob += f[k] + u[earlier] <= 1, f"order{k}_{earlier}"
+        if c.site in z:
+            prob += y[k] <= z[c.site], f"staged{k}"
     # Phases run one after another, so configurations of one reservation share its hours.
     capped: dict[tuple, list[int]] = {}
     for k, c in enumerate(configs):
@@ -168,15 +189,41 @@ def solve(
     status = _run(prob)
     if status != pulp.LpStatusOptimal:
         return None
-    phases = []
+    used = []
     for k, c in enumerate(configs):
         # A phase does a share of the work; a used-but-idle first phase (h = 0) is not one. Relative to
         # the work, so a job of seconds is not lost below an absolute tolerance.
         if (y[k].value() or 0) > 0.5 and (h[k].value() or 0) * c.rate > 1e-6 * work:
-            switch = R * (1 - round(f[k].value() or 0))
-            phases.append(Phase(config=c, hours=h[k].value() + switch, switch_hours=switch))
-    phases.sort(key=lambda p: (p.switch_hours > 0, PURCHASE_CLASS[p.config.purchase], -p.config.burn))
+            used.append((c, h[k].value(), round(f[k].value() or 0) == 1))
+    return solution_of(used, R)
+
+
+def solution_of(used: Iterable[tuple[Config, float, bool]], switch_hours: float) -> Solution:
+    """The plan of (configuration, expected work hours, is-first) triples, with its switches, checkpoint
+    loads and data staging (charged to the first phase in each staged region)."""
+    order = sorted(used, key=lambda u: (not u[2], PURCHASE_CLASS[u[0].purchase], -u[0].burn))
+    phases, staged = [], set()
+    for c, h, first in order:
+        switch = 0.0 if first else switch_hours
+        load_h = c.start_hours if first else c.entry_hours
+        load_usd = c.start_usd if first else c.entry_usd
+        stage_h = stage_usd = 0.0
+        if (c.stage_usd or c.stage_hours) and c.site not in staged:
+            staged.add(c.site)
+            stage_h, stage_usd = c.stage_hours, c.stage_usd
+        phases.append(Phase(config=c, hours=h + switch + load_h + stage_h, switch_hours=switch, load_hours=load_h,
+                            stage_hours=stage_h, data_usd=c.data_usd_per_hour * h + stage_usd,
+                            checkpoint_usd=c.ckpt_usd_per_hour * h + load_usd))
     return Solution(tuple(phases))
+
+
+def _staged_sites(configs: list[Config]) -> dict:
+    """Sites whose configurations pay a one-off staging copy: site -> (USD, hours)."""
+    out = {}
+    for c in configs:
+        if c.stage_usd or c.stage_hours:
+            out.setdefault(c.site, (c.stage_usd, c.stage_hours))
+    return out
 
 
 def _may_be_feasible(configs: list[Config], work: float, limits: Limits) -> bool:
@@ -185,8 +232,11 @@ def _may_be_feasible(configs: list[Config], work: float, limits: Limits) -> bool
     convex mix of "whole job on k" points (cost_k, P90 time_k), so some mix must fit in the
     box budget x deadline: the cheapest mix that meets the deadline lies on a segment
     between a point inside the deadline and one outside it."""
-    cost = np.array([work * c.burn / c.rate + c.fixed_usd for c in configs])
-    time = np.array([work * c.p90_factor / c.rate for c in configs])
+    # A phase's one-off transfers (staging, a resumed checkpoint's load) belong to its point: a mix
+    # pays at least the convex combination of them, so the condition stays necessary.
+    cost = np.array([work * (c.burn + c.egress_per_hour) / c.rate + c.fixed_usd + c.stage_usd + c.start_cost
+                     for c in configs])
+    time = np.array([work * c.p90_factor / c.rate + c.stage_hours + c.start_hours for c in configs])
     deadline = limits.deadline_hours * (1 + 1e-9) if limits.deadline_hours is not None else np.inf
     budget = limits.budget_usd * (1 + 1e-9) if limits.budget_usd is not None else np.inf
     inside = time <= deadline

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from planner.job import JobSpec
 from planner.milp import Limits, Solution, solve
 from planner.pools import CandidateSet, candidate_configs
+from planner.transfer import transfers_for
 from planner.workload import WorkModel, work_model
 from pricing.catalog import Catalog
+from pricing.egress import Site
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,9 @@ def plan(
     purchase: Collection[str] | None = None,
     objective: str | None = None,
     today: dt.date | None = None,
+    data_location: Site | None = None,
+    checkpoint_location: Site | None = None,
+    resume: bool = False,
 ) -> Planned:
     """Solve ``job`` on ``catalog`` within ``limits``.
 
@@ -59,6 +64,12 @@ def plan(
     ``interruption_rates`` are per spot pool id; ``speeds`` are per-GPU speeds in the work
     model's unit per second, in place of the job's figures for those GPUs; ``purchase``
     narrows ``purchase.allow``; ``objective`` defaults to the job's.
+
+    Data gravity (:mod:`planner.transfer`): ``data_location`` is where the dataset is (default:
+    the job's ``[data]``), ``checkpoint_location`` where the checkpoint is stored (default: the
+    job's ``run.checkpoint_dir`` in ``run.checkpoint_region``); with ``resume`` a checkpoint exists
+    now, so the first phase loads it too -- a re-plan onto a pool in another region or cloud pays
+    its egress and transfer time.
     """
     model = work_model(job)
     if work is not None:
@@ -66,6 +77,8 @@ def plan(
     if speeds:
         model = model.with_speeds(speeds, "measured in this run")
     objective = objective or job.objective.minimize
+    transfers = transfers_for(job, data_location=data_location, checkpoint_location=checkpoint_location,
+                              resume=resume)
     candidates = candidate_configs(job, catalog, model, today=today, interruption_rates=interruption_rates,
-                                   blocked=blocked, purchase=purchase, objective=objective)
+                                   blocked=blocked, purchase=purchase, objective=objective, transfers=transfers)
     return Planned(solve(candidates.configs, model.work, limits, objective), candidates, model, limits, objective)

@@ -20,12 +20,15 @@ import numpy as np
 from planner.errors import JobSpecError, PlannerError
 from planner.job import JobSpec
 from planner.overhead import SpotOverhead, spot_overhead
+from planner.transfer import Transfers
 from planner.workload import WorkModel
+from pricing import learned as learned_store
 from pricing.carbon import kg_co2e_per_node_hour
 from pricing.catalog import Catalog, CatalogFilter, Offering
 from pricing.clouds import notice_lead_s
+from pricing.egress import Site
 from pricing.pool import Pool
-from pricing.risk import interruption_rate as default_interruption_rate
+from pricing.risk import RiskEstimate, estimate
 
 FALLBACK_KG_PER_KWH = 0.475
 """World-average grid intensity (IEA 2019 figure used by Cloud Carbon Footprint docs) for regions we have no factor for."""
@@ -47,6 +50,19 @@ class Config:
     as_of: dt.date | None = None  # date of the price this configuration rests on
     overhead: SpotOverhead | None = None
     carbon_estimated: bool = False
+    # Data gravity (planner.transfer): staging the dataset into this pool's region, once per
+    # region a plan uses (no node-hours); loading a checkpoint stored elsewhere on entering
+    # the phase (``entry_*``: a later phase; ``start_*``: the first phase of a re-plan), on
+    # running nodes; egress per expected wall hour (streamed data, restarts' checkpoint loads).
+    risk: RiskEstimate | None = None  # spot: the interruption rate used and where it comes from
+    stage_usd: float = 0.0
+    stage_hours: float = 0.0
+    entry_usd: float = 0.0
+    entry_hours: float = 0.0
+    start_usd: float = 0.0
+    start_hours: float = 0.0
+    data_usd_per_hour: float = 0.0
+    ckpt_usd_per_hour: float = 0.0
 
     @property
     def purchase(self) -> str:
@@ -79,6 +95,32 @@ class Config:
     def family(self) -> tuple[str, str]:
         return self.pool.key
 
+    @property
+    def site(self) -> Site:
+        return Site(self.pool.cloud, self.pool.region)
+
+    @property
+    def egress_per_hour(self) -> float:
+        return self.data_usd_per_hour + self.ckpt_usd_per_hour
+
+    @property
+    def entry_cost(self) -> float:
+        """Charged when the configuration is a later phase: the checkpoint's egress and its load on running nodes."""
+        return self.entry_usd + self.burn * self.entry_hours
+
+    @property
+    def start_cost(self) -> float:
+        """Charged when it is the first phase (non-zero in a re-plan that resumes from a remote checkpoint)."""
+        return self.start_usd + self.burn * self.start_hours
+
+    @property
+    def transfer_group(self) -> tuple:
+        """What configurations must share to be compared by dominance: their transfer charges, and
+        their site when staging is paid once per site (phases in one region share one copy)."""
+        shared = self.site if (self.stage_usd or self.stage_hours) else None
+        return (shared, self.stage_usd, self.stage_hours, self.entry_usd, self.entry_hours, self.start_usd,
+                self.start_hours)
+
 
 @dataclass(slots=True)
 class CandidateSet:
@@ -86,6 +128,7 @@ class CandidateSet:
     considered: int
     pruned: int
     warnings: list[str] = field(default_factory=list)
+    transfers: Transfers = field(default_factory=Transfers)
 
 
 def catalog_filter(job: JobSpec, work: WorkModel) -> CatalogFilter:
@@ -123,27 +166,40 @@ def candidate_configs(
     objective: str | None = None,
     carbon_per_node_hour: Callable[[Offering], float | None] | None = None,
     prune: bool = True,
+    transfers: Transfers | None = None,
+    learned: Mapping[tuple[str, str, str], tuple[int, float]] | None = None,
 ) -> CandidateSet:
     """Every feasible configuration of the job on the catalog, dominated ones pruned.
 
     ``interruption_rates`` (per spot pool id) replace the catalog's estimate, pools whose
     :attr:`Pool.key` is in ``blocked`` are left out, ``purchase`` narrows the job's
     ``purchase.allow``, ``max_nodes`` replaces ``constraints.max_nodes`` and ``objective``
-    (default: the job's) is the one the MILP will minimise, which decides what pruning keeps.
+    (default: the job's) is the one the MILP will minimise, which decides what pruning keeps;
+    ``transfers`` (default: none) prices reaching the data and the checkpoint from each pool;
+    ``learned`` holds past runs' (preemptions, node-hours) per (cloud, region, type) (default: the
+    store of :mod:`pricing.learned`).
     """
     check_gpu_names(job, catalog)
     today = today or dt.date.today()
     rates = interruption_rates or {}
+    store_warnings: list[str] = []
+    if learned is None:
+        try:
+            learned = learned_store.load()
+        except learned_store.LearnedRatesError as exc:  # old evidence must not block a quote
+            learned, store_warnings = {}, [f"past runs' interruption counts ignored: {exc}"]
     carbon_per_node_hour = carbon_per_node_hour or kg_co2e_per_node_hour
     allowed = {p for p in job.purchase.allow if purchase is None or p in purchase}
     offerings = catalog.filter(catalog_filter(job, work)).offerings
-    warnings: list[str] = list(work.warnings)
+    warnings: list[str] = list(work.warnings) + store_warnings
     no_speed = sorted({o.gpu for o in offerings if work.speed(o.gpu) is None})
     if no_speed:
         warnings.append(f"no throughput figure for {', '.join(no_speed)}: those GPUs were not considered")
 
+    transfers = transfers or Transfers()
     builder = _Builder(job, work, max_gpus=job.constraints.max_gpus or 10**9,
-                       max_nodes=max_nodes or job.constraints.max_nodes, carbon=carbon_per_node_hour)
+                       max_nodes=max_nodes or job.constraints.max_nodes, carbon=carbon_per_node_hour,
+                       transfers=transfers)
     usable = [o for o in offerings if work.speed(o.gpu) is not None]
     pools: list[tuple[Pool, Offering]] = []
     if "spot" in allowed:
@@ -157,13 +213,16 @@ def candidate_configs(
     for pool, o in pools:
         if pool.key in blocked:
             continue
-        risk = (rates.get(pool.id) or default_interruption_rate(o)) if pool.purchase == "spot" else None
+        risk = None
+        if pool.purchase == "spot":
+            risk = (RiskEstimate(rates[pool.id], "learned in this run") if rates.get(pool.id)
+                    else estimate(o, learned=learned))
         configs += builder.configs(pool, o, risk)
     configs += _held_configs(job, work, catalog, today, builder, warnings)
     considered = len(configs)
     carbon = (objective or job.objective.minimize) == "carbon"
     kept = prune_dominated(configs, carbon=carbon) if prune else configs
-    return CandidateSet(kept, considered, considered - len(kept), warnings)
+    return CandidateSet(kept, considered, considered - len(kept), warnings, transfers)
 
 
 def _one_per_region(offerings: Iterable[Offering]) -> list[Offering]:
@@ -186,8 +245,9 @@ class _Builder:
     max_gpus: int
     max_nodes: int
     carbon: Callable[[Offering], float | None]
+    transfers: Transfers = field(default_factory=Transfers)
 
-    def configs(self, pool: Pool, offering: Offering, risk: float | None, *, max_nodes: int | None = None):
+    def configs(self, pool: Pool, offering: Offering, risk: RiskEstimate | None, *, max_nodes: int | None = None):
         out = []
         for n in range(1, min(self.max_nodes, max_nodes or 10**9) + 1):
             if n * pool.gpus_per_node > self.max_gpus:
@@ -197,7 +257,7 @@ class _Builder:
                 out.append(cfg)
         return out
 
-    def _config(self, pool: Pool, o: Offering, n: int, risk: float | None) -> Config | None:
+    def _config(self, pool: Pool, o: Offering, n: int, estimated_risk: RiskEstimate | None) -> Config | None:
         job, work = self.job, self.work
         raw = work.rate(pool.gpu, n * pool.gpus_per_node)
         kg = self.carbon(o)
@@ -205,22 +265,39 @@ class _Builder:
         if kg is None:
             kg = o.gpus_per_node * 0.4 * FALLBACK_KG_PER_KWH  # 400 W per GPU when the power is unknown too
         ckpt_h = job.workload.checkpoint_gb / (job.overheads.checkpoint_write_gbps * n) / 3600.0
+        site = Site(pool.cloud, pool.region)
+        t = self.transfers
+        stage_usd, stage_h = t.stage(site)
+        load_usd, load_h = t.load(site)
         overhead = None
         wall, p90 = 1.0, 1.0
+        risk = estimated_risk.rate if estimated_risk is not None else None
         if risk is not None:
             overhead = spot_overhead(
                 interruption_rate=risk,
                 nodes=n,
                 checkpoint_hours=ckpt_h,
-                restart_hours=job.overheads.restart_minutes / 60.0 + ckpt_h,
+                # a restart reads the checkpoint back: from its store, when that is elsewhere
+                restart_hours=job.overheads.restart_minutes / 60.0 + ckpt_h + load_h,
                 notice_hours=notice_lead_s(pool.cloud) / 3600,
                 nominal_hours=work.work / raw,
             )
             if overhead is None:
                 return None
             wall, p90 = overhead.wall_factor, overhead.p90_factor / overhead.wall_factor
-        return Config(pool=pool, nodes=n, raw_rate=raw, rate=raw / wall, p90_factor=p90, kg_per_hour=kg * n,
-                      as_of=o.as_of, overhead=overhead, carbon_estimated=estimated)
+        rate = raw / wall
+        # Streamed reads are paid per unit of work done here; each expected restart reloads the checkpoint,
+        # and every checkpoint written to a store in another region or cloud leaves this one.
+        data_ph = t.stream_usd_per_gb_total(site) * rate / work.work if work.work > 0 else 0.0
+        ckpt_ph = 0.0
+        if overhead is not None:
+            writes = risk * n if math.isinf(overhead.interval_hours) else 1.0 / (overhead.interval_hours * wall)
+            ckpt_ph = load_usd * risk * n + t.write_usd(site) * writes
+        return Config(pool=pool, nodes=n, raw_rate=raw, rate=rate, p90_factor=p90, kg_per_hour=kg * n,
+                      as_of=o.as_of, overhead=overhead, carbon_estimated=estimated, risk=estimated_risk,
+                      stage_usd=stage_usd, stage_hours=stage_h, entry_usd=load_usd, entry_hours=load_h,
+                      start_usd=load_usd if t.resume else 0.0, start_hours=load_h if t.resume else 0.0,
+                      data_usd_per_hour=data_ph, ckpt_usd_per_hour=ckpt_ph)
 
 
 def _held_configs(job, work, catalog, today, builder: _Builder, warnings) -> list[Config]:
@@ -248,20 +325,61 @@ def _held_configs(job, work, catalog, today, builder: _Builder, warnings) -> lis
 
 
 def prune_dominated(configs: list[Config], *, carbon: bool = False) -> list[Config]:
-    """Drop configurations another one beats on every traded-off quantity (see module doc)."""
+    """Drop configurations another one beats on every traded-off quantity (see module doc).
+
+    Configurations are compared only with those that pay the same per-site transfer charges
+    (one group without data gravity): a lower rate elsewhere may not beat a free dataset here."""
+    groups: dict[tuple, list[Config]] = {}
+    for c in configs:
+        groups.setdefault(c.transfer_group, []).append(c)
+    if len(groups) == 1:
+        return _prune_group(configs, carbon=carbon)
+    kept = [k for members in groups.values() for k in _prune_group(members, carbon=carbon)]
+    return _prune_staged(kept, carbon=carbon)
+
+
+def _criteria(configs: list[Config], carbon: bool) -> np.ndarray:
+    cols = [
+        [(c.burn + c.egress_per_hour) / c.rate for c in configs],
+        [c.p90_factor / c.rate for c in configs],
+        [1.0 / c.rate for c in configs],
+        [c.burn for c in configs],
+    ]
+    if carbon:
+        cols.append([c.kg_per_hour / c.rate for c in configs])
+    return np.array(cols).T  # configs x criteria
+
+
+def _prune_staged(configs: list[Config], *, carbon: bool) -> list[Config]:
+    """Drop a configuration that pays for staging the data when one that needs no copy beats it.
+
+    Replacing it by the stage-free one never adds a copy, so no plan gets worse; against another
+    staged site that is not so (phases in one region share their copy), hence the groups above."""
+    def loads(c: Config) -> tuple[float, ...]:
+        return (c.entry_usd, c.entry_hours, c.start_usd, c.start_hours)
+
+    plain = [c for c in configs if c.fixed_usd == 0 and c.max_hours is None]
+    free = [c for c in plain if not (c.stage_usd or c.stage_hours)]
+    staged = [c for c in plain if c.stage_usd or c.stage_hours]
+    if not free or not staged:
+        return configs
+    f, m = _criteria(free, carbon), _criteria(staged, carbon)
+    fl, sl = np.array([loads(c) for c in free]), np.array([loads(c) for c in staged])
+    eps = 1e-12
+    # [staged, free]: the free configuration is at least as good on every criterion and every load
+    better = np.all(f[None, :, :] <= m[:, None, :] + eps * np.abs(m[:, None, :]), axis=2)
+    better &= np.all(fl[None, :, :] <= sl[:, None, :] + 1e-15, axis=2)
+    beaten = better.any(axis=1)
+    drop = {id(c) for c, b in zip(staged, beaten) if b}
+    return [c for c in configs if id(c) not in drop]
+
+
+def _prune_group(configs: list[Config], *, carbon: bool) -> list[Config]:
     free = [c for c in configs if c.fixed_usd == 0 and c.max_hours is None]
     rest = [c for c in configs if not (c.fixed_usd == 0 and c.max_hours is None)]
     if len(free) < 2:
         return configs
-    cols = [
-        [c.burn / c.rate for c in free],
-        [c.p90_factor / c.rate for c in free],
-        [1.0 / c.rate for c in free],
-        [c.burn for c in free],
-    ]
-    if carbon:
-        cols.append([c.kg_per_hour / c.rate for c in free])
-    m = np.array(cols).T  # configs x criteria
+    m = _criteria(free, carbon)
     keep = np.ones(len(free), dtype=bool)
     order = np.lexsort(m.T[::-1])  # best-first on the first criterion: dominators come early
     eps = 1e-12

@@ -108,7 +108,7 @@ def make_quote(
 
 
 def view(solution: Solution) -> PlanView:
-    compute = ckpt = recovery = switch = terms = 0.0
+    compute = ckpt = recovery = switch = terms = data = moved = loading = 0.0
     p90_cost = 0.0
     for p in solution.phases:
         c = p.config
@@ -119,13 +119,20 @@ def view(solution: Solution) -> PlanView:
             recovery += c.burn * failure_free * c.overhead.recovery_share
         switch += c.burn * p.switch_hours
         terms += c.fixed_usd
-        p90_cost += c.burn * (p.work_hours * c.p90_factor + p.switch_hours) + c.fixed_usd
+        data += p.data_usd
+        moved += p.checkpoint_usd
+        loading += c.burn * p.load_hours
+        p90_cost += (c.burn * (p.work_hours * c.p90_factor + p.switch_hours + p.load_hours) + c.fixed_usd
+                     + p.egress_usd)
     lines = [CostLine("compute", compute)]
     for label, usd in (
         ("checkpoint writes", ckpt),
         ("preemption recovery (restarts + rework)", recovery),
         ("phase switches (restart + checkpoint load)", switch),
         ("reserved terms bought for this job (whole term)", terms),
+        ("data egress (dataset read from another region or cloud)", data),
+        ("checkpoint egress (loaded from another region or cloud)", moved),
+        ("checkpoint transfer time (nodes waiting for a remote checkpoint)", loading),
     ):
         if usd > 0.005:
             lines.append(CostLine(label, usd))

@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from planner.quote import PlanView, Quote
 from danlu import atomic_file
+from planner.quote import PlanView, Quote
 from planner.relax import Infeasibility
 
 
@@ -44,10 +45,17 @@ def plan_json(view: PlanView) -> dict[str, Any]:
         }
         if c.fixed_usd:
             phase["term_cost_usd"] = round(c.fixed_usd, 2)
+        if p.egress_usd or p.load_hours or p.stage_hours:
+            phase["transfer"] = {
+                "data_egress_usd": round(p.data_usd, 2), "checkpoint_egress_usd": round(p.checkpoint_usd, 2),
+                "data_staging_hours": round(p.stage_hours, 4), "checkpoint_load_hours": round(p.load_hours, 4),
+            }
         if c.overhead is not None:
             phase["risk"] = {
                 "interruptions_per_hour": round(1.0 / c.overhead.mtbf_hours, 6),
                 "expected_interruptions": round(p.work_hours / c.overhead.mtbf_hours, 3),
+                "rate_source": c.risk.source if c.risk else None,
+                "rate_is_default": bool(c.risk and c.risk.default),
                 "checkpoint_mode": c.overhead.mode,
                 "checkpoint_interval_minutes": (
                     round(c.overhead.interval_hours * 60, 2) if c.overhead.interval_hours != float("inf") else None
@@ -94,6 +102,23 @@ def quote_json(quote: Quote) -> dict[str, Any]:
         },
         "solve_seconds": round(quote.solve_seconds, 4),
         "warnings": cands.warnings if cands else [],
+        "transfers": transfers_json(quote),
+    }
+
+
+def transfers_json(quote: Quote) -> dict[str, Any] | None:
+    """Where the data and the checkpoint are, and the dated egress tables that priced moving them."""
+    t = quote.candidates.transfers if quote.candidates else None
+    if t is None or not t.active:
+        return None
+    return {
+        "data_location": str(t.data_site) if t.data_site else None,
+        "data_gb_read": t.data_gb,
+        "data_read": "every_epoch" if t.streamed else "once",
+        "checkpoint_location": str(t.checkpoint_site) if t.checkpoint_site else None,
+        "checkpoint_gb": t.checkpoint_gb,
+        "transfer_gbps": t.gbps,
+        "egress_tables": t.sources(),
     }
 
 
@@ -122,9 +147,13 @@ def _risk_lines(view: PlanView) -> list[str]:
         if ov is None:
             continue
         interval = "" if ov.interval_hours == float("inf") else f", checkpoint every {ov.interval_hours * 60:.0f} min"
+        risk = p.config.risk
+        source = ""
+        if risk is not None:
+            source = f"; {risk.rate:.3f} interruptions/node-h, {risk.source}"
         out.append(
             f"phase {i}: MTBF {ov.mtbf_hours:.1f} h, {p.work_hours / ov.mtbf_hours:.1f} interruptions expected, "
-            f"{ov.mode}{interval}, restart {ov.restart_hours * 60:.0f} min"
+            f"{ov.mode}{interval}, restart {ov.restart_hours * 60:.0f} min{source}"
         )
     return out
 
@@ -183,6 +212,10 @@ def render_quote(quote: Quote, console: Console, top: int) -> None:
     console.print(_cost_table(quote, quote.plan))
     for line in _risk_lines(quote.plan):
         console.print(f"[dim]risk:[/] {line}")
+    transfers = quote.candidates.transfers if quote.candidates else None
+    if transfers is not None and transfers.active:
+        for line in transfers.sources():
+            console.print(f"[dim]egress:[/] {escape(line)}")
     reason = why_best(quote)
     if reason:
         console.print(f"[dim]why:[/] {reason}")

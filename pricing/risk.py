@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,75 @@ UNKNOWN_CLOUD_RATE = OVER_20_RATE
 """Rate for clouds not in :data:`CLOUD_DEFAULT_RATES`, by the same reasoning."""
 
 
+@dataclass(frozen=True, slots=True)
+class TracePool:
+    """What an availability trace measured for one (cloud, region, instance type), zones pooled."""
+
+    zones: int
+    preemptions: int
+    available_hours: float
+    mean_outage_hours: float  # mean length of a stretch with no spot capacity
+    p90_outage_hours: float
+    unavailable_share: float  # share of the trace's ticks with no capacity
+
+    @property
+    def rate(self) -> float:
+        return self.preemptions / self.available_hours
+
+
+TRACE_POOLS: dict[tuple[str, str, str], TracePool] = {
+    ("aws", "us-east-1", "p3.2xlarge"): TracePool(4, 1177, 2542.31, 1.551, 3.868, 0.418),
+    ("aws", "us-east-2", "p3.2xlarge"): TracePool(2, 321, 609.81, 4.903, 14.679, 0.721),
+    ("aws", "us-west-2", "p3.2xlarge"): TracePool(3, 394, 350.13, 7.369, 16.239, 0.893),
+}
+"""Per-region figures of the "Can't Be Late" p3.2xlarge availability traces
+(``traces/skypilot-spot-traces/availability/1-node/aws-02-15-2023``, 195 s ticks, 45 days,
+``1`` = unavailable), zones of a region pooled: preemptions are available-to-unavailable
+transitions, outages the unavailable runs.  Derived numbers, not the files (which stay in
+../shared); ``tests/planner/test_pool_risk.py`` recomputes them from the files.  Where a
+trace covers a pool its rate replaces the Advisor bucket: us-west-2 is the pool the paper
+calls low-availability, and its rate is twice the others'."""
+
+
+@dataclass(frozen=True, slots=True)
+class RiskEstimate:
+    """A spot pool's interruptions per node-hour, where the figure comes from, and whether it is a
+    default (no signal about this pool at all)."""
+
+    rate: float
+    source: str
+    default: bool = False
+
+
+def estimate(offering: Offering, *, learned: Mapping[tuple[str, str, str], tuple[int, float]] | None = None
+             ) -> RiskEstimate:
+    """The best-informed rate for ``offering``: the catalog's own rate, else the trace of its
+    (region, type), else its Advisor bucket, else its cloud's default; then updated with what past
+    runs saw on the same (cloud, region, type) (``learned``: preemptions, exposed node-hours)."""
+    key = (offering.cloud, offering.region, offering.instance_type)
+    trace = TRACE_POOLS.get(key)
+    if offering.interruption_rate is not None:
+        prior = RiskEstimate(offering.interruption_rate, "catalog rate (live fetch or trace import)")
+    elif trace is not None:
+        prior = RiskEstimate(trace.rate, f"availability trace ({trace.zones} zones, {trace.available_hours:,.0f} "
+                                         "available h, Can't Be Late 2023)")
+    elif offering.interruption_bucket:
+        prior = RiskEstimate(bucket_rate(offering.interruption_bucket),
+                             f"AWS Spot Advisor bucket {offering.interruption_bucket}")
+    else:
+        prior = RiskEstimate(CLOUD_DEFAULT_RATES.get(offering.cloud, UNKNOWN_CLOUD_RATE),
+                             f"default for {offering.cloud} (no published interruption data for this pool)",
+                             default=True)
+    seen = (learned or {}).get(key)
+    if not seen:
+        return prior
+    preemptions, hours = seen
+    # Gamma(1, 1/prior) prior on a Poisson rate: past runs move it both ways, by their exposure.
+    rate = (1 + preemptions) / (1 / max(prior.rate, 1e-6) + max(hours, 0.0))
+    return RiskEstimate(rate, f"learned from past runs ({preemptions} preemptions in {hours:,.1f} node-h; "
+                              f"prior: {prior.source})")
+
+
 class SpotDataError(PricingError):
     """A spot advisor file or availability trace cannot be used."""
 
@@ -83,16 +153,12 @@ def bucket_rate(label: str) -> float:
 
 
 def interruption_rate(offering: Offering) -> float:
-    """Expected spot interruptions per node-hour for ``offering``.
+    """Expected spot interruptions per node-hour for ``offering`` (:func:`estimate` without past runs).
 
-    Uses ``offering.interruption_rate`` when set, else its ``interruption_bucket``, else
-    the default of its cloud (:data:`CLOUD_DEFAULT_RATES`).
+    Uses ``offering.interruption_rate`` when set, else the trace of its pool (:data:`TRACE_POOLS`),
+    else its ``interruption_bucket``, else the default of its cloud (:data:`CLOUD_DEFAULT_RATES`).
     """
-    if offering.interruption_rate is not None:
-        return offering.interruption_rate
-    if offering.interruption_bucket:
-        return bucket_rate(offering.interruption_bucket)
-    return CLOUD_DEFAULT_RATES.get(offering.cloud, UNKNOWN_CLOUD_RATE)
+    return estimate(offering).rate
 
 
 def rate_from_trace(available: Sequence[bool], gap_seconds: float) -> float:

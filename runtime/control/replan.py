@@ -42,6 +42,7 @@ from planner.quote import PlanView, make_quote, view
 from planner.workload import WorkModel, blend_rate, work_model
 from pricing import risk
 from pricing.catalog import Catalog
+from pricing.egress import Site
 from pricing.pool import Pool
 
 __all__ = [
@@ -89,7 +90,10 @@ class ReplanRequest:
 
     ``cooling`` holds spot pool ids (:attr:`Pool.id`) on cool-down, ``rates`` learned
     interruption rates per pool id; ``allow_late=False`` asks :func:`replan_or_late` not
-    to fall back to a plan that misses the deadline."""
+    to fall back to a plan that misses the deadline.  ``checkpoint_location`` is the region
+    the last checkpoint is in (the object store's, or the pool's that wrote it to its
+    disks): a next pool elsewhere pays its egress and load time; ``data_location`` replaces
+    the job's ``[data]`` location (e.g. a copy the run already made)."""
 
     job: JobSpec
     catalog: Catalog
@@ -102,6 +106,8 @@ class ReplanRequest:
     rates: Mapping[str, float] = field(default_factory=dict)
     purchase: tuple[str, ...] | None = None
     allow_late: bool = True
+    checkpoint_location: Site | None = None
+    data_location: Site | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +163,9 @@ def _solve(request: ReplanRequest, deadline_hours: float | None, objective: str 
                     switch_hours=job.overheads.restart_minutes / 60.0)
     return plan(job, request.catalog, limits=limits, work=request.work_left,
                 blocked={(pool_id, "spot") for pool_id in request.cooling}, interruption_rates=request.rates,
-                speeds=speeds, purchase=request.purchase, objective=objective)
+                speeds=speeds, purchase=request.purchase, objective=objective,
+                data_location=request.data_location, checkpoint_location=request.checkpoint_location,
+                resume=True)
 
 
 def replan(request: ReplanRequest) -> ReplanResult:

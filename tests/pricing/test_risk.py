@@ -17,6 +17,7 @@ from pricing.risk import (
     MEAN_AVAILABLE_RUN_HOURS,
     OVER_20_RATE,
     TRACE_AVAILABLE_HOURS,
+    TRACE_POOLS,
     UNKNOWN_CLOUD_RATE,
     SpotDataError,
     bucket_rate,
@@ -71,14 +72,18 @@ def test_rate_from_trace_counts_preemptions_per_available_hour():
         rate_from_trace([True], gap_seconds=0)
 
 
-def test_interruption_rate_prefers_measured_then_bucket_then_cloud_default():
+def test_interruption_rate_prefers_measured_then_trace_then_bucket_then_cloud_default():
     assert interruption_rate(dataclasses.replace(SPOT, interruption_rate=0.1, interruption_bucket=">20%")) == 0.1
-    assert interruption_rate(dataclasses.replace(SPOT, interruption_bucket="5-10%")) == BUCKET_RATES["5-10%"]
-    assert interruption_rate(SPOT) == CLOUD_DEFAULT_RATES["aws"]
+    # p3.2xlarge in us-east-1 is covered by the Can't Be Late traces: their rate beats the bucket
+    traced = TRACE_POOLS[("aws", "us-east-1", "p3.2xlarge")].rate
+    assert interruption_rate(dataclasses.replace(SPOT, interruption_bucket="5-10%")) == traced
+    untraced = dataclasses.replace(SPOT, region="eu-west-1", zone=None)
+    assert interruption_rate(dataclasses.replace(untraced, interruption_bucket="5-10%")) == BUCKET_RATES["5-10%"]
+    assert interruption_rate(untraced) == CLOUD_DEFAULT_RATES["aws"]
     assert interruption_rate(dataclasses.replace(SPOT, cloud="gcp")) == CLOUD_DEFAULT_RATES["gcp"]
     assert interruption_rate(dataclasses.replace(SPOT, cloud="lambda")) == UNKNOWN_CLOUD_RATE
     with pytest.raises(PricingError, match="unknown interruption bucket 'often'"):
-        interruption_rate(dataclasses.replace(SPOT, interruption_bucket="often"))
+        interruption_rate(dataclasses.replace(untraced, interruption_bucket="often"))
 
 
 @pytest.mark.shared
