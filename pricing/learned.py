@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 
+from danlu import atomic_file
 from pricing.embedded_catalog import data_dir
 from pricing.errors import PricingError
 
@@ -65,14 +64,4 @@ def record(cloud: str, region: str, instance_type: str, *, preemptions: int, nod
     n, h = seen.get((cloud, region, instance_type), (0, 0.0))
     seen[(cloud, region, instance_type)] = (n + preemptions, h + node_hours)
     body = {":".join(k): {"preemptions": v[0], "exposed_node_hours": v[1]} for k, v in sorted(seen.items())}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".learned-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(body, fh, indent=1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_file.write_text(path, json.dumps(body, indent=1))

@@ -65,14 +65,9 @@ def _no_network():
     socket.socket.connect_ex = _real_connect_ex
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _own_data_dir(tmp_path_factory):
-    """A fresh danlu data dir for the session: no user's price cache, imports or learned
-    interruption rates (pricing/learned.py) can change what a test sees; child processes inherit it."""
-    before = os.environ.get("DANLU_DATA_DIR")
-    os.environ["DANLU_DATA_DIR"] = str(tmp_path_factory.mktemp("danlu-data"))
-    yield
-    if before is None:
-        os.environ.pop("DANLU_DATA_DIR", None)
-    else:
-        os.environ["DANLU_DATA_DIR"] = before
+@pytest.fixture(autouse=True)
+def _own_data_dir(tmp_path_factory, monkeypatch):
+    """A fresh danlu data dir for every test: no user's price cache, imports or learned
+    interruption rates (pricing/learned.py), and no earlier test's, can change what a test
+    sees; child processes inherit it."""
+    monkeypatch.setenv("DANLU_DATA_DIR", str(tmp_path_factory.mktemp("danlu-data")))

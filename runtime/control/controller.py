@@ -44,7 +44,7 @@ from typing import Any
 from planner.job import JobSpec
 from planner.policy import ON_DEMAND, PolicyMemory, make_policy
 from planner.report import plan_json
-from pricing import risk
+from pricing import learned, risk
 from pricing.catalog import Catalog
 from pricing.pool import Pool
 from pricing.sources import resolve_catalog
@@ -350,10 +350,32 @@ class Controller:
         outcome = {"completed": alerts.RunOutcome.COMPLETED, "budget_cap": alerts.RunOutcome.BUDGET_CAP,
                    "cancelled": alerts.RunOutcome.CANCELLED}.get(status, alerts.RunOutcome.FAILED)
         self.events.emit("run_end", status=status, cause=cause, steps=self.state.steps)
+        self._record_interruptions()
         detail = f"step {self.state.steps}" + (f": {cause}" if cause else "")
         alerts.dispatch(self.alert_policy, self.ledger, self.outbox, self._forecast(),
                         [alerts.RunEnded(outcome, detail)], now=self.clock.now())
 
+
+    def _record_interruptions(self) -> None:
+        """Add what this run saw on each spot pool to the learned rates the next quotes use.
+
+        Only from real clouds: a simulated run's preemptions are the chaos spec's, not the pool's.
+        """
+        if not self.provider.remote:
+            return
+        seen: dict[tuple[str, str, str], list[float]] = {}
+        for launch in self.state.launches:
+            if launch.pool.purchase != "spot" or launch.released_at is None:
+                continue
+            counts = seen.setdefault((launch.pool.cloud, launch.pool.region, launch.pool.instance_type), [0, 0.0])
+            counts[0] += launch.outcome == "preempted"
+            counts[1] += launch.nodes * max(0.0, launch.released_at - launch.provisioned_at) / 3600
+        for (cloud, region, instance_type), (preemptions, hours) in seen.items():
+            try:
+                learned.record(cloud, region, instance_type, preemptions=int(preemptions), node_hours=hours)
+            except (OSError, learned.LearnedRatesError) as exc:  # a lesson lost, not a run
+                log.warning("could not record the interruption rate of %s:%s:%s: %s", cloud, region,
+                            instance_type, exc)
 
     # -- choosing where to run -------------------------------------------------------------
     def _choose_pool(self, *, preempted: str | None, reason: str) -> None:

@@ -89,6 +89,12 @@ def test_two_interruptions_complete_with_s3_checkpoints_and_every_instance_bille
     assert running_instances(moto) == []
     aws_plane.wait_for(lambda: not aws_plane.live(), 30, "the data plane saw every instance go")
 
+    # The two preemptions are learned for the next quotes (pool by pool, with their node-hours).
+    from pricing import learned
+
+    rates = learned.load()
+    assert sum(n for n, _ in rates.values()) == 2 and all(h > 0 for _, h in rates.values())
+
     # Same world size throughout: bitwise equal to a straight run.
     reference = final_tensors(straight_run(tmp_path / "straight", project, steps=STEPS))
     final = final_tensors(download(f"s3://{moto.bucket}/ckpt", tmp_path / "s3-copy"))
