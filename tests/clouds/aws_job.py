@@ -7,10 +7,10 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 from tests.run.helpers import HEADER
 
@@ -131,44 +131,13 @@ def download(url: str, dest: Path) -> Path:
     return dest
 
 
-class Interrupter:
-    """Reclaims one node of each of the first ``count`` launches once it trains (via the data plane)."""
-
-    def __init__(self, plane: Any, ec2: Any, run_dir: Path, *, count: int, lead_s: float, after_s: float = 1.0):
-        self.plane, self.ec2, self.run_dir = plane, ec2, run_dir
-        self.count, self.lead_s, self.after_s = count, lead_s, after_s
-        self.done: list[tuple[str, str]] = []
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _loop(self) -> None:
-        try:
-            while not self._stop.is_set() and len(self.done) < self.count:
-                training = [e["launch"] for e in events(self.run_dir) if e["event"] == "training"]
-                todo = [launch for launch in training if launch not in {d[0] for d in self.done}]
-                if todo:
-                    launch = todo[0]
-                    self._stop.wait(self.after_s)
-                    reply = self.ec2.describe_instances(Filters=[
-                        {"Name": "tag:danlu-launch", "Values": [launch]},
-                        {"Name": "instance-state-name", "Values": ["running"]}])
-                    ids = sorted(raw["InstanceId"] for r in reply["Reservations"] for raw in r["Instances"])
-                    victim = f"us-east-1/{ids[-1]}"
-                    self.plane.wait_for(lambda v=victim: v in self.plane.nodes, 30, f"{victim} booted")
-                    self.plane.interrupt(victim, self.lead_s)
-                    self.done.append((launch, victim))
-                self._stop.wait(0.2)
-        except Exception as exc:  # noqa: BLE001 -- the test asserts on it
-            self.errors.append(repr(exc))
+def launch_instances(ec2: Any) -> Callable[[str], list[str]]:
+    """The running instance ids (``region/i-...``) of a launch, for :class:`tests.clouds.dataplane.Interrupter`."""
+    def victims(launch: str) -> list[str]:
+        reply = ec2.describe_instances(Filters=[{"Name": "tag:danlu-launch", "Values": [launch]},
+                                                {"Name": "instance-state-name", "Values": ["running"]}])
+        return [f"us-east-1/{raw['InstanceId']}" for r in reply["Reservations"] for raw in r["Instances"]]
+    return victims
 
 
 def wait(predicate, timeout_s: float, what: str) -> None:

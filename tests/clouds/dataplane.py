@@ -33,6 +33,7 @@ Usage (AWS)::
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -253,3 +254,56 @@ class DataPlane:
         if node.process is not None:
             node.process.wait(10)  # type: ignore[attr-defined]
         node.server.stop()
+
+
+class Interrupter:
+    """Interrupts one node of each of the first ``count`` launches once it trains: the notice
+    on the node's metadata server first, the cloud's reclaim ``lead_s`` later (:meth:`DataPlane.interrupt`).
+
+    ``victims(launch_id)`` lists the cloud's running instance ids of a launch (the last one,
+    sorted, is taken); errors in the background thread land in ``errors`` for the test to assert on.
+    """
+
+    def __init__(self, plane: DataPlane, run_dir: Path, victims: Callable[[str], list[str]], *, count: int,
+                 lead_s: float, after_s: float = 1.0):
+        self.plane, self.run_dir, self.victims = plane, run_dir, victims
+        self.count, self.lead_s, self.after_s = count, lead_s, after_s
+        self.done: list[tuple[str, str]] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _training(self) -> list[str]:
+        path = self.run_dir / "events.jsonl"
+        found = []
+        for line in path.read_text().splitlines() if path.exists() else []:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # a line being written
+            if event.get("event") == "training":
+                found.append(event["launch"])
+        return found
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set() and len(self.done) < self.count:
+                training = self._training()
+                todo = [launch for launch in training if launch not in {d[0] for d in self.done}]
+                if todo:
+                    self._stop.wait(self.after_s)
+                    victim = sorted(self.victims(todo[0]))[-1]
+                    self.plane.wait_for(lambda v=victim: v in self.plane.nodes, 30, f"{victim} booted")
+                    self.plane.interrupt(victim, self.lead_s)
+                    self.done.append((todo[0], victim))
+                self._stop.wait(0.2)
+        except Exception as exc:  # noqa: BLE001 -- the test asserts on it
+            self.errors.append(repr(exc))

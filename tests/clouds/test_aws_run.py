@@ -19,10 +19,10 @@ import pytest
 from planner.cli import main
 from runtime.accounting.ledger import Ledger
 from tests.clouds.aws_job import (
-    Interrupter,
     billed_from_events,
     download,
     events,
+    launch_instances,
     straight_run,
     wait,
     write_catalog,
@@ -30,6 +30,7 @@ from tests.clouds.aws_job import (
     write_project,
 )
 from tests.clouds.conftest import boto3_session, running_instances
+from tests.clouds.dataplane import Interrupter
 from tests.run.helpers import final_tensors
 
 pytestmark = pytest.mark.ddp
@@ -47,7 +48,7 @@ def test_two_interruptions_complete_with_s3_checkpoints_and_every_instance_bille
     job = write_job(tmp_path / "job.toml", bucket=moto.bucket, steps=STEPS, sleep=SLEEP)
     run_dir = tmp_path / "run"
     monkeypatch.chdir(project)
-    with Interrupter(aws_plane, moto.client("ec2"), run_dir, count=2, lead_s=8.0) as chaos:
+    with Interrupter(aws_plane, run_dir, launch_instances(moto.client("ec2")), count=2, lead_s=8.0) as chaos:
         rc = main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(run_dir), "--provider", "aws",
                    "--cooldown", "240"])
     summary = json.loads((run_dir / "summary.json").read_text())

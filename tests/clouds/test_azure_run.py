@@ -16,11 +16,9 @@ equal to a straight run with the same world size.
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Self
 
 import pytest
 
@@ -38,7 +36,7 @@ from tests.clouds.aws_job import (
     write_project,
 )
 from tests.clouds.azurite import Azurite, azurite_session, clear_adlfs_cache
-from tests.clouds.dataplane import DataPlane, Running
+from tests.clouds.dataplane import DataPlane, Interrupter, Running
 from tests.run.helpers import HEADER, final_tensors
 
 pytestmark = pytest.mark.ddp
@@ -141,41 +139,6 @@ checkpoint_dir = "az://{container}/ckpt"
     return path
 
 
-class Preempter:
-    """Announces a Scheduled Events Preempt on one node of each of the first ``count`` launches once it trains."""
-
-    def __init__(self, plane: DataPlane, arm: ArmServer, run_dir: Path, *, count: int):
-        self.plane, self.arm, self.run_dir, self.count = plane, arm, run_dir, count
-        self.done: list[tuple[str, str]] = []
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _loop(self) -> None:
-        try:
-            while not self._stop.is_set() and len(self.done) < self.count:
-                training = [e["launch"] for e in events(self.run_dir) if e["event"] == "training"]
-                todo = [launch for launch in training if launch not in {d[0] for d in self.done}]
-                if todo:
-                    self._stop.wait(1.0)
-                    victims = sorted(vm["id"] for vm in self.arm.running() if vm["tags"].get("danlu-launch") == todo[0])
-                    victim = victims[-1]
-                    self.plane.wait_for(lambda v=victim: v in self.plane.nodes, 30, f"{victim} booted")
-                    self.plane.interrupt(victim, LEAD_S)
-                    self.done.append((todo[0], victim))
-                self._stop.wait(0.2)
-        except Exception as exc:  # noqa: BLE001 -- the test asserts on it
-            self.errors.append(repr(exc))
-
-
 def test_two_preempts_acknowledged_then_evicted_complete_with_blob_checkpoints(
     arm: ArmServer, plane: DataPlane, container: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -184,7 +147,10 @@ def test_two_preempts_acknowledged_then_evicted_complete_with_blob_checkpoints(
     job = _job(tmp_path / "job.toml", container)
     run_dir = tmp_path / "run"
     monkeypatch.chdir(project)
-    with Preempter(plane, arm, run_dir, count=2) as chaos:
+    def victims(launch: str) -> list[str]:
+        return [vm["id"] for vm in arm.running() if vm["tags"].get("danlu-launch") == launch]
+
+    with Interrupter(plane, run_dir, victims, count=2, lead_s=LEAD_S) as chaos:
         rc = main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(run_dir), "--provider", "azure",
                    "--cooldown", "240"])
     summary = json.loads((run_dir / "summary.json").read_text())

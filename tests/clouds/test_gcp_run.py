@@ -14,10 +14,9 @@ final parameters must be bitwise equal.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import pytest
 
@@ -32,7 +31,7 @@ from tests.clouds.aws_job import (
     write_catalog,
     write_project,
 )
-from tests.clouds.dataplane import DataPlane, Running
+from tests.clouds.dataplane import DataPlane, Interrupter, Running
 from tests.clouds.gce_server import FakeGce
 from tests.clouds.gcs import BUCKET, gcs, gcs_emulator  # noqa: F401 (fixtures)
 from tests.run.helpers import final_tensors
@@ -115,43 +114,6 @@ checkpoint_dir = "gs://{BUCKET}/ckpt"
     return path
 
 
-class Preempter:
-    """Preempts one VM of each of the first ``count`` launches once it trains (notice first, then the API)."""
-
-    def __init__(self, plane: DataPlane, gce: FakeGce, run_dir: Path, *, count: int, lead_s: float):
-        self.plane, self.gce, self.run_dir, self.count, self.lead_s = plane, gce, run_dir, count, lead_s
-        self.done: list[tuple[str, str]] = []
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _loop(self) -> None:
-        try:
-            while not self._stop.is_set() and len(self.done) < self.count:
-                training = [e["launch"] for e in events(self.run_dir) if e["event"] == "training"]
-                todo = [launch for launch in training if launch not in {d[0] for d in self.done}]
-                if todo:
-                    launch = todo[0]
-                    self._stop.wait(1.0)
-                    ids = sorted(vm["id"] for vm in self.gce.running()
-                                 if vm["labels"].get("danlu-launch") == label_value(launch))
-                    victim = ids[-1]
-                    self.plane.wait_for(lambda v=victim: v in self.plane.nodes, 30, f"{victim} booted")
-                    self.plane.interrupt(victim, self.lead_s)
-                    self.done.append((launch, victim))
-                self._stop.wait(0.2)
-        except Exception as exc:  # noqa: BLE001 -- the test asserts on it
-            self.errors.append(repr(exc))
-
-
 def _ls(fs: Any, path: str) -> list[str]:
     fs.invalidate_cache()
     return [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(path, detail=False)]
@@ -165,7 +127,10 @@ def test_two_preemptions_complete_with_gcs_checkpoints_and_every_vm_billed(
     job = write_job(tmp_path / "job.toml", gce=gce, steps=STEPS, sleep=SLEEP)
     run_dir = tmp_path / "run"
     monkeypatch.chdir(project)
-    with Preempter(gcp_plane, gce, run_dir, count=2, lead_s=6.0) as chaos:
+    def victims(launch: str) -> list[str]:
+        return [vm["id"] for vm in gce.running() if vm["labels"].get("danlu-launch") == label_value(launch)]
+
+    with Interrupter(gcp_plane, run_dir, victims, count=2, lead_s=6.0) as chaos:
         rc = main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(run_dir), "--provider", "gcp",
                    "--cooldown", "240"])
     summary = json.loads((run_dir / "summary.json").read_text())
