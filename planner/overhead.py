@@ -15,7 +15,6 @@ import math
 from dataclasses import dataclass
 
 
-
 def young_interval(checkpoint_hours: float, mtbf_hours: float) -> float:
     """Young's first-order optimum compute time between checkpoints, sqrt(2 C M)."""
     return math.sqrt(2.0 * checkpoint_hours * mtbf_hours)

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from danlu import atomic_file
 from planner.policy import ON_DEMAND
 from planner.simulate import JobModel, SimResult
-from danlu import atomic_file
 from pricing.traces import MultiPoolTrace
 
 

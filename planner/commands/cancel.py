@@ -28,6 +28,7 @@ cancel releases the nodes it left itself. Continue a cancelled run later with
 `planner run --resume RUN_DIR`. See docs/run.md."""
 
 EXIT_NOT_STOPPED = 1
+LOCK_WAIT_S = 15.0
 PROGRESS_EVERY_S = 5.0
 
 
@@ -116,7 +117,17 @@ def _end_orphan(run_dir: Path, console: Console) -> None:
     from runtime.control.controller import Controller
 
     console.print("the run's controller is gone: releasing its nodes and ending the run here", soft_wrap=True)
-    with detach.ControllerLock(run_dir):  # no controller may start on it meanwhile
+    lock = detach.ControllerLock(run_dir)
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:  # a controller killed a moment ago may not have let go of the lock yet
+        try:
+            lock.acquire()
+            break
+        except detach.ControllerAlive:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+    with lock:  # no controller may start on it meanwhile
         Controller.open(run_dir).cancel("cancelled (planner cancel; its controller was gone)")
 
 

@@ -100,7 +100,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             if value not in (None, False):
                 setattr(args, key, value)
     if not args.demand:
-        raise PlannerError("planner capacity: give the demand file, e.g. `planner capacity examples/capacity-team.toml`"
+        raise PlannerError("planner capacity: give the demand file, e.g. `planner capacity examples/capacity/team.toml`"
                            " (or `planner capacity replay TRACE`)")
     return handle_plan(args, console)
 

@@ -8,7 +8,6 @@ import os
 
 from rich.console import Console
 
-
 EXIT_INFEASIBLE = 2
 
 

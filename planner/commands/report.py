@@ -29,7 +29,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     from danlu import atomic_file
-    from runtime.reports.run_report import figures_table, pools_table, render_png, timeline_table, write_html
+    from runtime.reports.run_report import (
+        figures_table,
+        pools_table,
+        render_png,
+        timeline_table,
+        write_html,
+    )
     from runtime.reports.run_view import load_run
 
     view = load_run(args.run_dir)

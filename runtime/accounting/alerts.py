@@ -33,9 +33,9 @@ from enum import Enum
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from runtime.errors import RuntimeFailure
 from runtime.accounting.forecast import Forecast
 from runtime.accounting.ledger import Ledger, LedgerSnapshot
+from runtime.errors import RuntimeFailure
 
 __all__ = [
     "Alert",

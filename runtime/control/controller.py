@@ -783,11 +783,11 @@ class Controller:
                              max_restarts=limit)
             if end.permanent:
                 self._finish("failed", end.reason)
-            elif not end.no_capacity and self._same_startup_failure():
-                self._finish("failed", f"{end.reason} (the same start-up failure twice: a retry would repeat it)")
             elif self.state.failures > limit:
                 self._finish("failed", f"{end.reason} (failed {self.state.failures} times; [run].max_restarts "
                                        f"= {limit})")
+            elif not end.no_capacity and self._same_startup_failure():
+                self._finish("failed", f"{end.reason} (the same start-up failure twice: a retry would repeat it)")
             elif end.no_capacity:
                 self._no_capacity()
             else:

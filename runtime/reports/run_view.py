@@ -35,15 +35,22 @@ from typing import Any
 from pydantic import ValidationError
 
 from planner.job import JobSpec
-from runtime.training import contract
+from pricing.pool import Pool
 from runtime.accounting import forecast
-from runtime.errors import CheckpointError, ContractError, RuntimeFailure
-from runtime.control.events import FILENAME as EVENTS_FILE
-from runtime.control.events import read_events
 from runtime.accounting.ledger import FILENAME as LEDGER_FILE
 from runtime.accounting.ledger import Interval, Ledger, LedgerSnapshot, PoolSpend
-from pricing.pool import Pool
-from runtime.control.run_state import STATE_FILE, SUMMARY_FILE, LaunchRecord, RunState, load_state, work_done_units
+from runtime.control.events import FILENAME as EVENTS_FILE
+from runtime.control.events import read_events
+from runtime.control.run_state import (
+    STATE_FILE,
+    SUMMARY_FILE,
+    LaunchRecord,
+    RunState,
+    load_state,
+    work_done_units,
+)
+from runtime.errors import CheckpointError, ContractError, RuntimeFailure
+from runtime.training import contract
 from runtime.training.store import CheckpointStore
 
 __all__ = [

@@ -27,8 +27,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from runtime.training import contract
 from runtime.errors import ContractError
+from runtime.training import contract
 
 log = logging.getLogger("runtime.training.preemption")
 

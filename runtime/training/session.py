@@ -46,13 +46,11 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.nn.parallel import DistributedDataParallel
 
-from runtime.training import contract
-from runtime.training import distributed
-from runtime.training import state_tree
+from runtime.errors import CheckpointError, SessionConfigError
+from runtime.training import contract, distributed, state_tree
 from runtime.training.batching import grad_accumulation
 from runtime.training.checkpoint import Checkpointer, SaveInfo, SaveReport
 from runtime.training.data import GlobalCursorSampler, build_loader
-from runtime.errors import CheckpointError, SessionConfigError
 from runtime.training.interval import IntervalEstimator
 from runtime.training.precision import MixedPrecision
 from runtime.training.preemption import ControlWatcher, Preempted, StopSignals, agree

@@ -8,7 +8,14 @@ import time
 
 import pytest
 
-from runtime.accounting.alerts import AlertPolicy, AlertsConfig, Replanned, RunEnded, RunOutcome, dispatch
+from runtime.accounting.alerts import (
+    AlertPolicy,
+    AlertsConfig,
+    Replanned,
+    RunEnded,
+    RunOutcome,
+    dispatch,
+)
 from runtime.accounting.forecast import cap_decision, forecast
 from runtime.accounting.ledger import IntervalKey, Ledger
 from runtime.accounting.mailer import Mailer

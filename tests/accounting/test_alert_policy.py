@@ -6,9 +6,18 @@ import logging
 
 import pytest
 
-from runtime.accounting.alerts import (AlertConfigError, AlertKind, AlertPolicy, AlertsConfig, LatePlan, Replanned,
-                                       RunEnded, RunOutcome, dispatch)
 from runtime.accounting.alert_email import body_lines
+from runtime.accounting.alerts import (
+    AlertConfigError,
+    AlertKind,
+    AlertPolicy,
+    AlertsConfig,
+    LatePlan,
+    Replanned,
+    RunEnded,
+    RunOutcome,
+    dispatch,
+)
 from runtime.accounting.forecast import forecast
 from runtime.accounting.ledger import IntervalKey, Ledger
 

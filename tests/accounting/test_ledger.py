@@ -13,8 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from runtime.accounting.ledger import (FILENAME, IntervalKey, Ledger, LedgerConflictError, LedgerError, PoolSpend,
-                            spend_curve)
+from runtime.accounting.ledger import (
+    FILENAME,
+    IntervalKey,
+    Ledger,
+    LedgerConflictError,
+    LedgerError,
+    PoolSpend,
+    spend_curve,
+)
 
 from .helpers import HOUR, ON_DEMAND, SPOT, T0, two_launch_ledger
 

@@ -10,7 +10,7 @@ import pytest
 from planner.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "capacity-team.toml"
+EXAMPLE = REPO / "examples" / "capacity" / "team.toml"
 
 SMALL = """
 name = "small"

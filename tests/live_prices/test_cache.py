@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from pricing.cache import CACHE_FILENAME, CacheError, PriceCache, default_cache_path, load_cached_catalog
+from pricing.cache import (
+    CACHE_FILENAME,
+    CacheError,
+    PriceCache,
+    default_cache_path,
+    load_cached_catalog,
+)
 from pricing.catalog import Offering
 from pricing.refresh import FetchResult, RegionError
 

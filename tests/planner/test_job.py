@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from planner.errors import JobSpecError
-from planner.job import load_job, parse_job
+from planner.job import load_job
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,9 +9,9 @@ import pytest
 
 from planner.errors import PlannerError
 from planner.job import parse_job
-from pricing.pool import HELD
 from planner.quote import make_quote
 from pricing.catalog import Catalog, Offering
+from pricing.pool import HELD
 
 TODAY = dt.date(2026, 11, 30)
 CATALOG = Catalog.of([

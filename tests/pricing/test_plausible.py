@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
-from pricing.embedded_catalog import OFFERING_COLUMNS, load_catalog_path, read_offerings_csv
+from pricing.embedded_catalog import (
+    OFFERING_COLUMNS,
+    load_catalog_path,
+    read_offerings_csv,
+)
 from pricing.errors import CatalogFormatError
 from pricing.plausible import strict_number
 from pricing.skypilot import scan_skypilot_catalog

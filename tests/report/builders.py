@@ -22,11 +22,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from planner.job import load_job
-from runtime.training import contract
-from runtime.control.events import EventLog
-from runtime.accounting.ledger import IntervalKey, Ledger
 from pricing.pool import Pool
-from runtime.control.run_state import LaunchRecord, build_summary, new_state, save_state, write_summary
+from runtime.accounting.ledger import IntervalKey, Ledger
+from runtime.control.events import EventLog
+from runtime.control.run_state import (
+    LaunchRecord,
+    build_summary,
+    new_state,
+    save_state,
+    write_summary,
+)
+from runtime.training import contract
 from runtime.training.store import CheckpointStore, Manifest
 
 T0 = 1_796_000_000.0  # 2026-11-30 00:53:20 UTC

@@ -11,7 +11,16 @@ import pytest
 
 from runtime.accounting.ledger import Ledger
 from runtime.reports.run_view import NotARunError, RunViewError, find_runs, load_run
-from tests.report.builders import HOUR, L1_USD, ON_DEMAND, SPOT, T0, SyntheticRun, finished_run, running_run
+from tests.report.builders import (
+    HOUR,
+    L1_USD,
+    ON_DEMAND,
+    SPOT,
+    T0,
+    SyntheticRun,
+    finished_run,
+    running_run,
+)
 
 
 def _files(directory: Path) -> dict[str, tuple[int, int, bytes] | None]:

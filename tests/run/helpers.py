@@ -117,3 +117,25 @@ def final_tensors(checkpoint_dir: Path) -> dict[str, Any]:
             dcp.load(part, storage_reader=reader, no_dist=True)
         tensors.update(part)
     return tensors
+
+
+_UNINTERRUPTED: dict[tuple[int, int], dict[str, Any]] = {}
+
+
+def uninterrupted_tensors(tmp_root: Path, *, steps: int, nproc: int) -> dict[str, Any]:
+    """Final model and optimizer tensors of a straight digits run, made once per session per (steps, nproc).
+
+    Only the script, its steps and the world size decide them (not the time scale, the
+    checkpoint interval or the catalog), so the tests that compare an interrupted run with
+    an uninterrupted one share this reference instead of training it again.
+    """
+    key = (steps, nproc)
+    if key not in _UNINTERRUPTED:
+        from planner.cli import main
+
+        job = write_job(tmp_root / "job.toml", entrypoint=digits_entrypoint(steps), steps=steps, nproc=nproc,
+                        deadline_hours=24, budget_usd=50)
+        catalog = write_catalog(tmp_root / "catalog.csv")
+        assert main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(tmp_root / "run")]) == 0
+        _UNINTERRUPTED[key] = final_tensors(tmp_root / "run" / "ckpt")
+    return _UNINTERRUPTED[key]

@@ -32,6 +32,7 @@ from tests.run.helpers import (
     digits_entrypoint,
     final_tensors,
     processes_of,
+    uninterrupted_tensors,
     write_catalog,
     write_job,
 )
@@ -156,11 +157,7 @@ def _resume_to_the_end(run_dir: Path, stopped_at: int) -> dict:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory):
-    tmp = tmp_path_factory.mktemp("reference")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("DANLU_CHECKPOINT_EVERY_STEPS", EVERY)
-        assert main(_args(tmp, tmp / "run")) == 0
-    return final_tensors(tmp / "run" / "ckpt")
+    return uninterrupted_tensors(tmp_path_factory.mktemp("reference"), steps=STEPS, nproc=1)
 
 
 def _assert_equal(final, reference) -> None:
@@ -177,7 +174,10 @@ def test_a_ctrl_c_run_resumes_to_the_uninterrupted_runs_parameters(reference, tm
     run_dir = tmp_path / "run"
     command = [sys.executable, "-m", "planner.cli", *_args(tmp_path, run_dir)]
     with (tmp_path / "controller.log").open("wb") as log:
-        controller = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        # A shell's background job (a CI runner's, say) ignores SIGINT, and a child inherits that:
+        # give the controller the default a terminal's Ctrl-C finds.
+        controller = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         stopped_at = _wait_for_training(run_dir, lambda: controller.poll() is None)
         controller.send_signal(signal.SIGINT)  # Ctrl-C: the terminal signals the controller, not the nodes

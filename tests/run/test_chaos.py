@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from runtime.control.chaos import ChaosClock, ChaosSpecError, parse_chaos, parse_duration
+from runtime.control.chaos import (
+    ChaosClock,
+    ChaosSpecError,
+    parse_chaos,
+    parse_duration,
+)
 from tests.conftest import shared_path
 
 

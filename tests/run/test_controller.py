@@ -16,7 +16,19 @@ from runtime.accounting.ledger import Ledger, LedgerError
 from runtime.control.run_state import load_state, raise_budget, save_state
 from runtime.providers.fake import FakeProvider, Reclaim
 from runtime.training.store import CheckpointStore
-from tests.run.fake_run import AWS_A, GCP, SCALE, SPEED, TUNING, billed, new_run, open_run, phase, script, start_run
+from tests.run.fake_run import (
+    AWS_A,
+    GCP,
+    SCALE,
+    SPEED,
+    TUNING,
+    billed,
+    new_run,
+    open_run,
+    phase,
+    script,
+    start_run,
+)
 
 
 def test_a_run_completes_on_the_planned_pool_billed_by_the_clock(tmp_path: Path) -> None:
@@ -185,8 +197,8 @@ def test_a_resumed_run_does_not_replay_chaos_that_already_fired(tmp_path: Path) 
 
 
 def test_the_controller_takes_a_built_provider_and_never_calls_outside_its_interface(tmp_path: Path) -> None:
-    from runtime.control.controller import Controller
     from runtime.control.clock import ManualClock
+    from runtime.control.controller import Controller
     from runtime.providers.base import Provider, ProviderContext
 
     run_dir = new_run(tmp_path)

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from runtime.providers.notices import INTERRUPTION
 from pricing.pool import Pool
 from runtime.providers.base import LaunchSpec, Node, NodeState
 from runtime.providers.local import LocalProvider, is_running, torchrun_argv
+from runtime.providers.notices import INTERRUPTION
 
 pytestmark = pytest.mark.ddp
 

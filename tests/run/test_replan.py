@@ -8,8 +8,8 @@ import pytest
 
 from planner.job import load_job
 from planner.policy import ON_DEMAND, PolicyMemory, make_policy
-from pricing.embedded_catalog import load_catalog_path
 from planner.workload import work_model
+from pricing.embedded_catalog import load_catalog_path
 from pricing.pool import Pool
 from runtime.control.replan import (
     Measured,

@@ -15,9 +15,15 @@ import pytest
 import torch
 
 from planner.cli import main
-from runtime.control.events import read_events
 from runtime.accounting.ledger import Ledger
-from tests.run.helpers import digits_entrypoint, final_tensors, processes_of, write_catalog, write_job
+from runtime.control.events import read_events
+from tests.run.helpers import (
+    digits_entrypoint,
+    final_tensors,
+    processes_of,
+    write_catalog,
+    write_job,
+)
 
 pytestmark = pytest.mark.ddp
 

@@ -13,10 +13,16 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
-from runtime.control.events import read_events
 from runtime.accounting.ledger import Ledger
+from runtime.control.events import read_events
 from runtime.training.store import CheckpointStore
-from tests.run.helpers import REPO, digits_entrypoint, processes_of, write_catalog, write_job
+from tests.run.helpers import (
+    REPO,
+    digits_entrypoint,
+    processes_of,
+    write_catalog,
+    write_job,
+)
 
 pytestmark = pytest.mark.ddp
 

@@ -12,6 +12,8 @@ from pydantic import ValidationError
 
 from planner.cli import main
 from planner.job import load_job
+from pricing.pool import Pool
+from runtime.control.clock import ManualClock, WallClock
 from runtime.control.events import EventLog, read_events
 from runtime.control.run_state import (
     LaunchRecord,
@@ -22,8 +24,6 @@ from runtime.control.run_state import (
     save_state,
     write_summary,
 )
-from pricing.pool import Pool
-from runtime.control.clock import ManualClock, WallClock
 from tests.run.helpers import write_catalog, write_job
 
 POOL = Pool("aws", "us-east-1", "use1-az1", "g4dn.xlarge", "T4", 1, "spot", 0.16)

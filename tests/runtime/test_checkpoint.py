@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from runtime.training.checkpoint import Checkpointer, SaveInfo, tensor_digest
 from runtime.errors import CheckpointError
+from runtime.training.checkpoint import Checkpointer, SaveInfo, tensor_digest
 from runtime.training.store import CheckpointStore
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from runtime.errors import ContractError
 from runtime.training import contract
 from runtime.training.contract import LaunchContract, Outcome, RunStatus
-from runtime.errors import ContractError
 
 
 def test_env_round_trip() -> None:

@@ -7,9 +7,14 @@ from collections import Counter
 import pytest
 import torch
 
-from runtime.training.batching import grad_accumulation
-from runtime.training.data import GlobalCursorSampler, build_loader, epoch_order, loader_defaults
 from runtime.errors import SessionConfigError
+from runtime.training.batching import grad_accumulation
+from runtime.training.data import (
+    GlobalCursorSampler,
+    build_loader,
+    epoch_order,
+    loader_defaults,
+)
 
 
 def _per_step(size: int, *, world: int, micro: int, start: int = 0, stop: int = 8, gb: int = 12) -> list[list[int]]:

@@ -11,9 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from runtime.training import contract
-from runtime.training import session
 from runtime.errors import SessionConfigError
+from runtime.training import contract, session
 from runtime.training.preemption import Preempted
 from runtime.training.store import CheckpointStore
 
