@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.clouds.dataplane import repo_pythonpath
 from tests.run.helpers import HEADER
 
 WORKER = Path(__file__).with_name("workers") / "train_tiny.py"
@@ -128,10 +129,8 @@ def _straight_run(tmp: Path, project: Path, *, steps: int, nproc: int) -> Path:
     ckpt, run_dir = tmp / "ckpt", tmp / "work"
     run_dir.mkdir(parents=True, exist_ok=True)
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("DANLU_")}, "OMP_NUM_THREADS": "1",
-           "DANLU_CHECKPOINT_DIR": str(ckpt), "DANLU_RUN_DIR": str(run_dir), "PYTHONPATH": str(Path.cwd()),
+           "DANLU_CHECKPOINT_DIR": str(ckpt), "DANLU_RUN_DIR": str(run_dir), "PYTHONPATH": repo_pythonpath(),
            "GLOO_SOCKET_IFNAME": "lo"}
-    repo = Path(__file__).resolve().parents[2]
-    env["PYTHONPATH"] = str(repo)
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                     "train.py", "--steps", str(steps), "--sleep", "0"], cwd=project, env=env, check=True,
                    timeout=300, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)

@@ -57,6 +57,12 @@ __all__ = [
 log = logging.getLogger("tests.clouds.dataplane")
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def repo_pythonpath() -> str:
+    """The repository first on PYTHONPATH, keeping what the test run had (a clock-ahead run's
+    sitecustomize, say: a child without it would not sleep under libfaketime)."""
+    return os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
 MARKER = "DANLU_DATAPLANE_NODE"
 
 
@@ -232,7 +238,7 @@ class DataPlane:
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("DANLU_", "PYTEST_"))},
             "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-            "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
+            "PYTHONPATH": repo_pythonpath(), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
             "DANLU_METADATA_URL": server.url, "DANLU_NODE_ADDRESS": "127.0.0.1", "DANLU_NODE_HOME": str(sandbox),
             **self.env, MARKER: str(sandbox),
         }

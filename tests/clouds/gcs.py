@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.clouds.dataplane import repo_pythonpath
+
 BUCKET = "danlu-test"
 REPO = Path(__file__).resolve().parents[2]
 
@@ -93,7 +95,7 @@ class GcsEmulator:
             code = f"from tests.clouds.gcs import serve; serve('127.0.0.1', {self.port}, {self.bucket!r})"
             self._process = subprocess.Popen(
                 [sys.executable, "-c", code], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                cwd=REPO, env={**os.environ, "PYTHONPATH": repo_pythonpath()},
             )
         deadline = time.monotonic() + timeout_s
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -30,7 +30,7 @@ from tests.clouds.aws_job import (
     write_project,
 )
 from tests.clouds.conftest import boto3_session, running_instances
-from tests.clouds.dataplane import Interrupter
+from tests.clouds.dataplane import Interrupter, repo_pythonpath
 from tests.run.helpers import final_tensors
 
 pytestmark = pytest.mark.ddp
@@ -160,8 +160,7 @@ def test_sigkill_after_provisioning_then_resume_leaves_nothing_running_or_billed
     job = write_job(tmp_path / "job.toml", bucket=moto.bucket, steps=10, sleep=0, max_nodes=1,
                     entrypoint=["python", "contract_only.py", "--seconds", "1"])
     run_dir = tmp_path / "run"
-    repo = Path(__file__).resolve().parents[2]
-    env = {**os.environ, **moto.env, "PYTHONPATH": str(repo)}
+    env = {**os.environ, **moto.env, "PYTHONPATH": repo_pythonpath()}
     controller = subprocess.Popen(
         [sys.executable, "-c", "import sys; from planner.cli import main; sys.exit(main(sys.argv[1:]))", "run",
          str(job), "--catalog", str(catalog), "--run-dir", str(run_dir), "--cooldown", "240"],

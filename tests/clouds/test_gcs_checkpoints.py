@@ -7,11 +7,11 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
 from runtime.training.store import CheckpointStore, Manifest, TensorRecord
+from tests.clouds.dataplane import repo_pythonpath
 from tests.clouds.gcs import BUCKET, gcs, gcs_emulator  # noqa: F401 (fixtures)
 
 
@@ -60,7 +60,7 @@ def test_an_interrupted_resumable_upload_leaves_no_object(store: CheckpointStore
         "print(f.location is not None, flush=True)\n"
         "os._exit(9)\n"
     )
-    env = {**os.environ, **gcs.env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, **gcs.env, "PYTHONPATH": repo_pythonpath()}
     done = subprocess.run([sys.executable, "-c", script, target], env=env, capture_output=True, text=True,
                           timeout=120, check=False)
     assert done.returncode == 9, done.stderr[-2000:]
