@@ -773,6 +773,11 @@ class Controller:
         elif end.budget_stop:
             self._finish("budget_cap", "stopped before the budget was exceeded; the stop's checkpoint did not "
                                        f"commit in time, so the work since step {self.state.steps} is lost")
+        elif end.outcome is contract.Outcome.PREEMPTED and self._training_finished():
+            # Reclaimed after the final checkpoint committed (before its "completed" reached us):
+            # the job is done, and a re-plan would find nothing to run, tick after tick.
+            self.state.steps = self.store.latest_step() or self.state.steps
+            self._finish("completed")
         elif end.outcome is contract.Outcome.PREEMPTED:
             self._preempted(self.state.launches[-1])
         else:
