@@ -9,6 +9,11 @@ class CheckpointError(RuntimeFailure):
     """A checkpoint could not be written, or none usable could be read."""
 
 
+class CheckpointStorageError(CheckpointError):
+    """The checkpoint store refused a write (read-only, full, a path too long): every later
+    save would fail the same way, unlike a save cut short by a peer that went away."""
+
+
 class ContractError(RuntimeFailure):
     """The launch environment or a run-directory file breaks the controller contract.
 

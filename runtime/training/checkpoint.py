@@ -32,7 +32,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from runtime.errors import CheckpointError
+from runtime.errors import CheckpointError, CheckpointStorageError
 from runtime.training.store import CheckpointStore, Manifest, TensorRecord
 
 log = logging.getLogger("runtime.training.checkpoint")
@@ -69,6 +69,7 @@ class SaveReport:
     tensors_reused: int = 0
     pruned: tuple[int, ...] = ()
     error: str | None = None
+    storage: bool = False  # the store refused the write (see is_storage_error), not a peer or a timeout
 
 
 @dataclass
@@ -131,7 +132,7 @@ class Checkpointer:
             except _SAVE_ERRORS as exc:  # a read-only or full store, a path too long: say so, once
                 report = self._failed(_Pending(info, started, 0.0, {}, 0, 0, None), exc)
                 self.reports.append(report)
-                raise CheckpointError(f"could not save {self.store.url(info.step)}: {report.error}") from exc
+                raise _save_error(report, self.store.url(info.step)) from exc
         if self._pg is not None:
             # Nobody may create step-N/ before rank 0 has cleared a leftover of it.
             dist.barrier(group=self._pg)
@@ -152,7 +153,7 @@ class Checkpointer:
             report = self._finish(pending)
         self.reports.append(report)
         if block and not report.ok:
-            raise CheckpointError(f"could not save {self.store.url(info.step)}: {report.error}")
+            raise _save_error(report, self.store.url(info.step))
         return report
 
     def _select(self, state: dict[str, Any], step: int) -> tuple[dict[str, Any], dict[str, TensorRecord], int]:
@@ -234,6 +235,7 @@ class Checkpointer:
             stall_s=pending.stall_s,
             write_s=time.monotonic() - pending.started,
             error=f"{type(exc).__name__}: {exc}",
+            storage=is_storage_error(exc),
         )
         log.error("checkpoint %s failed: %s", self.store.url(pending.info.step), report.error)
         if self.rank == 0:
@@ -296,6 +298,25 @@ class Checkpointer:
         self._records = dict(manifest.tensors)
         self._versions = {}
         return manifest
+
+
+def is_storage_error(exc: BaseException) -> bool:
+    """True when the store itself refused (an OSError that is not a broken connection or a timeout),
+    looking through DCP's per-rank CheckpointException and the exception chain."""
+    seen: list[BaseException] = [exc]
+    while seen:
+        current = seen.pop()
+        if isinstance(current, OSError) and not isinstance(current, (ConnectionError, TimeoutError)):
+            return True
+        for wrapped in getattr(current, "failures", {}).values() if isinstance(current, CheckpointException) else ():
+            seen.append(wrapped[0] if isinstance(wrapped, tuple) else wrapped)
+        seen.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return False
+
+
+def _save_error(report: SaveReport, url: str) -> CheckpointError:
+    kind = CheckpointStorageError if report.storage else CheckpointError
+    return kind(f"could not save {url}: {report.error}")
 
 
 def tensor_digest(tensor: torch.Tensor) -> str:

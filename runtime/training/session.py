@@ -46,7 +46,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.nn.parallel import DistributedDataParallel
 
-from runtime.errors import CheckpointError, SessionConfigError
+from runtime.errors import CheckpointError, CheckpointStorageError, SessionConfigError
 from runtime.training import contract, distributed, state_tree
 from runtime.training.batching import grad_accumulation
 from runtime.training.checkpoint import Checkpointer, SaveInfo, SaveReport
@@ -222,7 +222,7 @@ class Session:
         try:
             if exc_type is None:
                 self._finish()
-            elif isinstance(exc, CheckpointError) and self._ctx.rank == 0:
+            elif isinstance(exc, CheckpointStorageError) and self._ctx.rank == 0:
                 self._write_status("failed", reason=str(exc))
         finally:
             self._signals.restore()
@@ -345,7 +345,7 @@ class Session:
         if agreed.save_failed:
             # Every later save would fail the same way (read-only, full, a path too long):
             # training on would only lose the work at the end.
-            raise CheckpointError(
+            raise CheckpointStorageError(
                 f"checkpoint save failed: {self._save_error or 'on another rank (see its log)'}. To fix: make "
                 f"{self.checkpoint_dir} writable with room for a checkpoint, then run again."
             )
@@ -400,7 +400,7 @@ class Session:
         fresh = self._checkpointer.reports[self._observed :]
         self._observed += len(fresh)
         for report in fresh:
-            if not report.ok and self._save_error is None:
+            if not report.ok and report.storage and self._save_error is None:
                 self._save_error = report.error or "unknown error"
             if report.ok and self._estimator is not None:
                 self._estimator.observe(stall_s=report.stall_s, write_s=report.write_s)

@@ -44,3 +44,23 @@ def test_a_full_store_stops_the_launch_at_the_first_failed_save(tmp_path: Path) 
     assert status["state"] == "failed"
     assert status["step"] < steps // 10, "training went on long after the first failed save"
     assert processes_of(str(run_dir)) == []
+
+
+def test_only_a_store_that_refuses_writes_counts_as_a_storage_failure() -> None:
+    import errno
+
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from runtime.training.checkpoint import is_storage_error
+
+    full = OSError(errno.ENOSPC, "No space left on device")
+    assert is_storage_error(full)
+    assert is_storage_error(CheckpointException("save failed", {1: (full, None)}))
+    wrapped = RuntimeError("upload failed")
+    wrapped.__cause__ = PermissionError(errno.EACCES, "read-only")
+    assert is_storage_error(wrapped)
+    # A peer that went away mid-save (a reclaimed node) is a preemption's side effect, not the store's.
+    gloo = RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:26760")
+    assert not is_storage_error(CheckpointException("save failed", {0: (gloo, None)}))
+    assert not is_storage_error(ConnectionResetError(errno.ECONNRESET, "reset by peer"))
+    assert not is_storage_error(TimeoutError("collective timed out"))
