@@ -133,6 +133,7 @@ def uninterrupted_tensors(tmp_root: Path, *, steps: int, nproc: int) -> dict[str
     if key not in _UNINTERRUPTED:
         from planner.cli import main
 
+        tmp_root.mkdir(parents=True, exist_ok=True)
         job = write_job(tmp_root / "job.toml", entrypoint=digits_entrypoint(steps), steps=steps, nproc=nproc,
                         deadline_hours=24, budget_usd=50)
         catalog = write_catalog(tmp_root / "catalog.csv")
