@@ -183,6 +183,10 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         console.print(f"run directory: {run_dir}")
         view = _View(console)
         controller = Controller.open(run_dir, tuning=tuning, on_event=view.event, on_progress=view.progress)
+        view.simulated = controller.state.time_scale != 1
+        if view.simulated:
+            console.print(f"times marked 'sim' are simulated ({controller.state.time_scale:g}x real time); "
+                          "a notice's own times are wall clock")
         main_thread = threading.current_thread() is threading.main_thread()  # where signals can be handled
         previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None  # `planner cancel`
         try:
@@ -239,6 +243,7 @@ class _View:
 
     def __init__(self, console: Console):
         self.console = console
+        self.simulated = False  # a scaled run's event times are simulated: marked, so none reads as wall clock
         self.live = Live(console=console, refresh_per_second=4, transient=True) if console.is_terminal else None
 
     def __enter__(self) -> _View:
@@ -261,6 +266,10 @@ class _View:
         except (KeyError, ValueError):
             text = f"{record['event']}: {record}"
         when = dt.datetime.fromtimestamp(record["t"], dt.UTC).strftime("%H:%M:%S")
+        if self.simulated:
+            when = f"sim {when}"
+            if record["event"] == "notice":
+                text += " [wall clock]"
         self.console.print(f"[dim]{when}[/] {escape(text)}", highlight=False)
 
     def progress(self, p: Any) -> None:
