@@ -53,6 +53,10 @@ def kube_api_client(context: str | None = None, kubeconfig: str | None = None) -
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
+    import os
+
+    # The client reads $KUBECONFIG once, when imported: read it now, as kubectl would.
+    kubeconfig = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
     api = client.ApiClient(configuration=client.Configuration())
     try:
         config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=api.configuration)
