@@ -182,3 +182,44 @@ def test_options_and_a_missing_kubeconfig_are_one_line_errors(tmp_path, monkeypa
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(ProviderError, match="kubectl config get-contexts"):
         KubernetesProvider.compute(KubernetesOptions(), [CLUSTER])
+
+
+def test_provision_names_every_pod_in_one_script_and_pod_zero_is_the_rendezvous(kube, tmp_path):
+    from runtime.providers import bootstrap
+
+    options = KubernetesProvider.parse_options({"heartbeat_s": 0.5, "install": "danlu"})
+    provider = KubernetesProvider(build_compute(options, [CLUSTER]), run_id="run-a", options=options,
+                                  state_dir=tmp_path / "state", stage=str(tmp_path / "stage"))
+    try:
+        nodes = provider.provision(cluster_pool(CLUSTER), nodes=2, launch_id="l-1")
+        assert [n.id for n in nodes] == ["run-a-l-1-n0", "run-a-l-1-n1"]
+        script = kube.objects[("jobs", "ml", "run-a-l-1")]["spec"]["template"]["spec"]["containers"][0]["command"][2]
+        config = bootstrap.config_of(script)
+        assert config["index_env"] == "JOB_COMPLETION_INDEX" and config["cloud"] == "kubernetes"
+        assert [(n["node"], n["boot"]) for n in config["nodes"]] == [(n.id, n.handle["boot"]) for n in nodes]
+        # The headless Service's DNS record for pod 0: <hostname>.<subdomain>.<namespace>.svc.<domain>.
+        assert provider.rendezvous_endpoint(nodes, {"address": "10.244.1.7", "port": 29500}) == \
+            "run-a-l-1-0.run-a-l-1.ml.svc.cluster.local:29500"
+        pod0 = next(p for p in kube.pods("ml") if p["metadata"]["labels"][
+            "batch.kubernetes.io/job-completion-index"] == "0")
+        assert pod0["spec"]["hostname"] == "run-a-l-1-0" and pod0["spec"]["subdomain"] == "run-a-l-1"
+        pod_ip = KubernetesProvider.parse_options({"rendezvous": "pod-ip"})
+        provider.options = pod_ip
+        assert provider.rendezvous_endpoint(nodes, {"address": "10.244.1.7", "port": 29500}) == "10.244.1.7:29500"
+    finally:
+        provider.close()  # terminate: the Job, its pods and the Service are gone when it returns
+    assert kube.alive() == []
+
+
+def test_planner_gc_finds_and_deletes_what_a_deleted_run_left(kube, tmp_path, capsys):
+    from planner.cli import main
+
+    _api().create(_request(nodes=1, run="gone-run"))
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    assert main(["gc", "--runs-dir", str(runs), "--provider", "kubernetes"]) == 0
+    listed = capsys.readouterr().out
+    assert "gone-run-l-1" in listed and "run directory gone" in listed and "dry run" in listed
+    assert kube.alive()
+    assert main(["gc", "--runs-dir", str(runs), "--provider", "kubernetes", "--yes"]) == 0
+    _until(lambda: not kube.alive())
