@@ -50,10 +50,10 @@ def kube_api_client(context: str | None = None, kubeconfig: str | None = None) -
         ClusterQueueError: no kubeconfig, or no such context; the message says how to fix it.
     """
     require("kubernetes", "kubernetes", feature="a Kubernetes cluster pool")
+    import os
+
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
-
-    import os
 
     # The client reads $KUBECONFIG once, when imported: read it now, as kubectl would.
     kubeconfig = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")

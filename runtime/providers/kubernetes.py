@@ -498,9 +498,9 @@ def _newer(a: dict[str, Any], b: dict[str, Any]) -> bool:
 def _context_namespace(kubeconfig: str | None) -> str:
     """The current context's namespace (``default`` when it names none or there is no kubeconfig)."""
     try:
-        from kubernetes import config
-
         import os
+
+        from kubernetes import config
 
         kubeconfig = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
         _, active = config.list_kube_config_contexts(config_file=kubeconfig)

@@ -521,7 +521,7 @@ class FakeKube:
         if not re.match(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", name):
             return 422, _status(422, f'{kind} "{name}" is invalid: metadata.name: Invalid value: "{name}": a lowercase '
                                      "RFC 1123 label must consist of lower case alphanumeric characters or '-'")
-        for key, value in ((body.get("metadata") or {}).get("labels") or {}).items():
+        for value in ((body.get("metadata") or {}).get("labels") or {}).values():
             if len(value) > 63 or not re.match(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$", value):
                 return 422, _status(422, f'{kind} "{name}" is invalid: metadata.labels: Invalid value: "{value}"')
         if (kind, ns, name) in self.objects:
@@ -633,13 +633,13 @@ def _handler(kube: FakeKube):
             code, payload = kube.handle(method, parts.path, query, body)
             self._reply(code, payload)
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             self._serve("GET")
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             self._serve("POST")
 
-        def do_DELETE(self) -> None:  # noqa: N802
+        def do_DELETE(self) -> None:
             self._serve("DELETE")
 
     return Handler

@@ -16,18 +16,23 @@ import pytest
 
 pytest.importorskip("kubernetes", reason="the kubernetes client is not installed (pip install 'danlu[kubernetes]')")
 
-from planner.cluster import cluster_pool  # noqa: E402
-from planner.cluster_spec import ClusterPool  # noqa: E402
-from runtime.providers.base import ProviderError  # noqa: E402
-from runtime.providers.cloud_api import TAG_LAUNCH, TAG_RUN, CapacityError, InstanceRequest  # noqa: E402
-from runtime.providers.cloud_api import InstanceState as S  # noqa: E402
-from runtime.providers.kubernetes import (  # noqa: E402
+from planner.cluster import cluster_pool
+from planner.cluster_spec import ClusterPool
+from runtime.providers.base import ProviderError
+from runtime.providers.cloud_api import (
+    TAG_LAUNCH,
+    TAG_RUN,
+    CapacityError,
+    InstanceRequest,
+)
+from runtime.providers.cloud_api import InstanceState as S
+from runtime.providers.kubernetes import (
     KubernetesOptions,
     KubernetesProvider,
     build_compute,
     job_name,
 )
-from tests.clouds.k8s_server import FakeKube, FakeNode  # noqa: E402
+from tests.clouds.k8s_server import FakeKube, FakeNode
 
 SELECTOR = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
 TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}

@@ -22,9 +22,9 @@ import pytest
 
 pytest.importorskip("kubernetes", reason="the kubernetes client is not installed (pip install 'danlu[kubernetes]')")
 
-from planner.cli import main  # noqa: E402
-from runtime.accounting.ledger import Ledger  # noqa: E402
-from tests.clouds.aws_job import (  # noqa: E402
+from planner.cli import main
+from runtime.accounting.ledger import Ledger
+from tests.clouds.aws_job import (
     billed_from_events,
     download,
     events,
@@ -32,9 +32,9 @@ from tests.clouds.aws_job import (  # noqa: E402
     write_catalog,
     write_project,
 )
-from tests.clouds.dataplane import DataPlane, Running  # noqa: E402
-from tests.clouds.k8s_server import FakeKube, FakeNode  # noqa: E402
-from tests.run.helpers import final_tensors  # noqa: E402
+from tests.clouds.dataplane import DataPlane, Running
+from tests.clouds.k8s_server import FakeKube, FakeNode
+from tests.run.helpers import final_tensors
 
 pytestmark = pytest.mark.ddp
 
