@@ -228,3 +228,38 @@ def test_planner_gc_finds_and_deletes_what_a_deleted_run_left(kube, tmp_path, ca
     assert kube.alive()
     assert main(["gc", "--runs-dir", str(runs), "--provider", "kubernetes", "--yes"]) == 0
     _until(lambda: not kube.alive())
+
+
+def test_pending_pods_give_the_queue_wait_a_quote_uses(kube):
+    import datetime as dt
+
+    from kubernetes import client
+
+    from planner.job import parse_job
+    from planner.quote import make_quote
+    from planner.report import quote_json
+    from pricing.catalog import Catalog, Offering
+    from pricing.cluster_queue import kube_api_client, pending_wait
+
+    kube.nodes[0].gpus = 0  # the cluster is full: pods asking for GPUs stay Pending
+    api = kube_api_client("fake")
+    core = client.CoreV1Api(api)
+    for name, gpus, selector in (("theirs-0", 2, SELECTOR), ("theirs-1", 1, {}), ("elsewhere", 4, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
+                                 ("cpu-only", 0, {})):
+        container = {"name": "c", "image": "busybox", **({"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+                                                          if gpus else {})}
+        core.create_namespaced_pod("ml", {"metadata": {"name": name}, "spec": {"containers": [container],
+                                                                              "nodeSelector": selector}})
+    created = min(p.metadata.creation_timestamp for p in core.list_namespaced_pod("ml").items)
+    now = created + dt.timedelta(hours=2.5)  # an injected clock: the same answer on any day
+    waited = pending_wait(api, "ml", "nvidia.com/gpu", SELECTOR, now=now)
+    assert (waited.pending, waited.pending_gpus) == (2, 3)  # not the H100 pod, not the CPU one
+    assert waited.hours == pytest.approx(2.5, abs=2 / 3600)
+    # A quote with queue_wait_hours = "pending_pods" asks the cluster (real clock: the pods are seconds old).
+    job = parse_job({"name": "q", "workload": {"model": "gpt-7b", "tokens": 1e9},
+                     "purchase": {"allow": ["on_demand"], "cluster": [{**CLUSTER.model_dump(exclude={"tolerations"}),
+                                                                        "queue_wait_hours": "pending_pods"}]}})
+    catalog = Catalog.of([Offering("aws", "us-east-1", None, "p4d.24xlarge", "A100", 8, 80, 96, 1152, 40.0)])
+    q = make_quote(job, catalog, top=0, frontier_points=0)
+    (note,) = quote_json(q)["cluster"]
+    assert note["used"] and 0 <= note["queue_wait_hours"] < 0.1
