@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from danlu import atomic_file
+from planner.cluster import notes as cluster_notes
 from planner.quote import PlanView, Quote
 from planner.relax import Infeasibility
 from planner.tables import Column, fitted_table
@@ -50,6 +51,8 @@ def plan_json(view: PlanView, speed_sources: dict[str, str] | None = None) -> di
             phase["throughput_estimated"] = bool(source and source.startswith("estimate"))
         if c.fixed_usd:
             phase["term_cost_usd"] = round(c.fixed_usd, 2)
+        if p.wait_hours:
+            phase["queue_wait_hours"] = round(p.wait_hours, 4)
         if p.egress_usd or p.load_hours or p.stage_hours:
             phase["transfer"] = {
                 "data_egress_usd": round(p.data_usd, 2), "checkpoint_egress_usd": round(p.checkpoint_usd, 2),
@@ -108,6 +111,7 @@ def quote_json(quote: Quote) -> dict[str, Any]:
         "solve_seconds": round(quote.solve_seconds, 4),
         "warnings": cands.warnings if cands else [],
         "transfers": transfers_json(quote),
+        "cluster": cluster_notes(quote),
     }
 
 
@@ -225,6 +229,8 @@ def render_quote(quote: Quote, console: Console, top: int) -> None:
         console.print(f"[yellow]warning:[/] {w}")
     if quote.plan is None:
         _render_infeasible(quote.infeasible, console)
+        for note in cluster_notes(quote):
+            console.print(f"[dim]cluster {escape(note['pool'])}:[/] {escape(note['reason'])}")
         return
     console.print(_phase_table(quote.plan, "Plan", console.width))
     for gpu, source in estimated_speeds(quote, quote.plan).items():
@@ -241,6 +247,8 @@ def render_quote(quote: Quote, console: Console, top: int) -> None:
     reason = why_best(quote)
     if reason:
         console.print(f"[dim]why:[/] {escape(reason)}")
+    for note in cluster_notes(quote):
+        console.print(f"[dim]cluster {escape(note['pool'])}:[/] {escape(note['reason'])}")
     if quote.alternatives:
         console.print(_alternatives_table(quote, top, console.width))
     if len(quote.frontier) > 1:
