@@ -22,6 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from planner.job import load_job
+from planner.tables import Column, fitted_table
 
 EXIT_NOT_COMPLETED = 1
 
@@ -296,13 +297,11 @@ class _View:
 
 
 def _render_summary(summary: dict[str, Any], console: Console) -> None:
-    table = Table(title=f"{summary['job']}: {summary['status']}", title_justify="left")
-    for col in ("pool", "purchase", "hours", "node-hours", "cost"):
-        table.add_column(col, justify="left" if col in ("pool", "purchase") else "right")
-    for pool in summary["pools"]:
-        table.add_row(pool["pool"], pool["purchase"], f"{pool['hours']:.3f}", f"{pool['node_hours']:.3f}",
-                      f"${pool['cost_usd']:,.4f}")
-    console.print(table)
+    columns = [Column("pool"), Column("purchase"), Column("hours", "right", drop=2),
+               Column("node-hours", "right", drop=1), Column("cost", "right")]
+    rows = [[escape(pool["pool"]), pool["purchase"], f"{pool['hours']:.3f}", f"{pool['node_hours']:.3f}",
+             f"${pool['cost_usd']:,.4f}"] for pool in summary["pools"]]
+    console.print(fitted_table(columns, rows, width=console.width, title=f"{summary['job']}: {summary['status']}"))
     console.print(
         f"work {summary['work_done']:,.0f}/{summary['work_total']:,.0f} {summary['unit']}, "
         f"{summary['preemptions']} preemptions, {summary['replans']} re-plans, {summary['lost_steps']} steps lost, "
