@@ -1,0 +1,99 @@
+"""``danlu``: the switching policy of ``planner run`` and ``planner simulate``.
+
+Uniform Progress spends on-demand whenever the job falls behind the line ``C*t/D``:
+it assumes, in effect, that spot will cover a share ``C/D`` of the time left.  Greedy
+assumes it will cover everything until the last safe moment.  Which one is cheaper
+depends on the pool: greedy wins where spot is plentiful and the slack is loose, UP
+where it is not.  ``danlu`` measures the pool instead of assuming:
+
+* **What it learns.**  From the pools it has seen (:mod:`planner.policy_memory`): the
+  mean run ``U`` and outage ``V`` of spot availability (exponential MLEs, the open run
+  censored, one prior pseudo-run each), over the union of the pools it may use.  The
+  share of the time left that spot can do work is ``kappa = U/(U+V) * max(0, 1 -
+  d/U)``: available that often, minus a launch per run.
+* **Idle or on-demand, when no spot is up.**  Finishing on spot alone needs ``W/kappa``
+  of the time left ``R`` for the work left ``W``, so it waits (free) while the slack
+  ``R - W`` exceeds ``slack_weight * W * (1 - kappa) / kappa`` plus ``reserve``
+  launches, and runs on-demand below that.  ``slack_weight = 1`` is the expected
+  need; more is caution.
+* **Back from on-demand to spot** as soon as spot is up and its runs are long enough
+  to pay for two launches (the one now and the one back to on-demand): ``U >=
+  exit_run`` launches.  Greedy never comes back; UP waits until ``2d`` ahead of its line.
+* **Which pool.**  Among the pools up, the cheapest per useful hour, ``price * U_p /
+  (U_p - d)`` with each pool's own ``U_p``, then the one up the longest; it never
+  leaves a running spot instance for another (that costs a launch).
+* **The safety net** is the paper's (:func:`planner.policy.safety_net`) and has the
+  last word, so whatever on-demand could still meet, this meets: the guarantee does
+  not depend on the learned figures or on the parameters.
+
+The parameters were tuned on two trace sets only (``bench/tune_policy.py``); the
+held-out sets are in docs/simulate.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from planner.policy import ON_DEMAND, Decision, PolicyMemory, PolicyState, safety_net
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class DanluPolicy:
+    """Learns the pools' availability as the run goes and spends the slack by it."""
+
+    cycle_weight: float = 1.0
+    reserve: float = 2.0
+    exit_run: float = 3.0
+    prior_up_hours: float = 1.0
+    prior_down_hours: float = 1.0
+    name: str = "danlu"
+
+    def decide(self, state: PolicyState) -> Decision:
+        memory = state.memory.observe(state.elapsed_hours, state.spot_prices, state.preempted)
+        state = replace(state, memory=memory)
+        if state.work_left_hours <= _EPS:
+            return Decision(None, "job complete", memory)
+        spot = self._pool(state, memory)
+        decision = self._rule(state, memory, spot)
+        return safety_net(state, spot) or decision
+
+    def _rule(self, state: PolicyState, memory: PolicyMemory, spot: str | None) -> Decision:
+        d, now = state.restart_hours, state.elapsed_hours
+        union = memory.union
+        assert union is not None  # observe() always sets it
+        up = union.mean_up_hours(now, self.prior_up_hours)
+        if spot is not None:
+            if state.current != ON_DEMAND or up >= self.exit_run * d:
+                return Decision(spot, f"spot in {spot} (runs last {up:.2f} h on average)", memory)
+            return Decision(ON_DEMAND, f"spot runs ({up:.2f} h) too short to leave on-demand for", memory)
+        down = union.mean_down_hours(now, self.prior_down_hours)
+        slack = state.remaining_time_hours - state.work_left_hours
+        # crunch mode (working every tick) spends two launches per spot run it uses:
+        # keep that much slack for the runs still to come, and a few launches spare
+        need = self.cycle_weight * 2 * d * state.remaining_time_hours / (up + down) + self.reserve * d
+        if state.current == ON_DEMAND:
+            if slack > need + 2 * d:  # far enough ahead to pay for coming back to on-demand
+                return Decision(None, f"no spot, slack {slack:.2f} h > {need:.2f} h: leave on-demand and wait",
+                                memory)
+            return Decision(ON_DEMAND, "no spot: stay on on-demand", memory)
+        if slack > need:
+            return Decision(None, f"no spot: wait (slack {slack:.2f} h > {need:.2f} h kept for switching)", memory)
+        return Decision(ON_DEMAND, f"no spot and slack {slack:.2f} h <= {need:.2f} h: on-demand", memory)
+
+    def _pool(self, state: PolicyState, memory: PolicyMemory) -> str | None:
+        if state.on_spot:
+            return state.current  # moving costs a launch; stay while it lasts
+        if not state.spot_prices:
+            return None
+        d, now = state.restart_hours, state.elapsed_hours
+
+        def per_useful_hour(pool: str) -> tuple[float, float]:
+            record = memory.pools[pool]
+            up = record.mean_up_hours(now, self.prior_up_hours)
+            useful = max(up - d, _EPS)
+            return (state.spot_prices[pool] * up / useful, record.since)
+
+        return min(state.spot_prices, key=per_useful_hour)
