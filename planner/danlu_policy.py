@@ -46,6 +46,7 @@ class DanluPolicy:
 
     cycle_weight: float = 1.0
     reserve: float = 2.0
+    line_share: float = 0.0
     exit_run: float = 3.0
     prior_up_hours: float = 1.0
     prior_down_hours: float = 1.0
@@ -74,6 +75,9 @@ class DanluPolicy:
         # crunch mode (working every tick) spends two launches per spot run it uses:
         # keep that much slack for the runs still to come, and a few launches spare
         need = self.cycle_weight * 2 * d * state.remaining_time_hours / (up + down) + self.reserve * d
+        # never less than a share of Uniform Progress's reserve, (D - C) / D of the time left
+        line = state.remaining_time_hours * (state.deadline_hours - state.job_hours) / state.deadline_hours
+        need = max(need, self.line_share * line)
         if state.current == ON_DEMAND:
             if slack > need + 2 * d:  # far enough ahead to pay for coming back to on-demand
                 return Decision(None, f"no spot, slack {slack:.2f} h > {need:.2f} h: leave on-demand and wait",

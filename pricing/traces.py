@@ -27,7 +27,8 @@ class MultiPoolTrace:
 
     ``spot_prices`` holds NaN where a pool's file had no prices (neither ``prices``
     nor ``metadata.price_info``); the simulator fills those ticks with its default spot
-    price.  ``formats`` says how each pool's file was read; ``on_demand_price`` is the
+    price.  ``formats`` says how each pool's file was read, ``gangs`` the instances a
+    count file needed up (``None`` for 0/1 files); ``on_demand_price`` is the
     lowest on-demand USD/h the files state (``None`` when none does).
     """
 
@@ -37,6 +38,7 @@ class MultiPoolTrace:
     spot_prices: np.ndarray
     sources: tuple[Path, ...] = ()
     formats: tuple[str, ...] = ()
+    gangs: tuple[int | None, ...] = ()
     on_demand_price: float | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -68,7 +70,8 @@ class MultiPoolTrace:
         available[:, : stop - start_tick] = self.available[:, start_tick:stop]
         prices[:, : stop - start_tick] = self.spot_prices[:, start_tick:stop]
         return MultiPoolTrace(
-            self.pools, self.gap_seconds, available, prices, self.sources, self.formats, self.on_demand_price
+            self.pools, self.gap_seconds, available, prices, self.sources, self.formats, self.gangs,
+            self.on_demand_price,
         )
 
     def select(self, pools: Iterable[str]) -> MultiPoolTrace:
@@ -81,6 +84,7 @@ class MultiPoolTrace:
             self.spot_prices[index],
             tuple(self.sources[i] for i in index) if self.sources else (),
             tuple(self.formats[i] for i in index) if self.formats else (),
+            tuple(self.gangs[i] for i in index) if self.gangs else (),
             self.on_demand_price,
         )
 
@@ -151,7 +155,7 @@ def read_traces(paths: Sequence[str | Path], *, gang: int | None = None) -> Mult
     stated = [t.on_demand_price for t in traces if t.on_demand_price is not None]
     return MultiPoolTrace(
         tuple(names), gaps.pop(), available, prices, tuple(files), tuple(t.format for t in traces),
-        min(stated) if stated else None,
+        tuple(t.gang for t in traces), min(stated) if stated else None,
     )
 
 
