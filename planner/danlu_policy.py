@@ -32,7 +32,6 @@ held-out sets are in docs/simulate.md.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from planner.policy import ON_DEMAND, Decision, PolicyMemory, PolicyState, safety_net

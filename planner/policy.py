@@ -118,7 +118,9 @@ def make_policy(name: str, *, home_pool: str | None = None) -> Policy:
     if name == "uniform_progress":
         return UniformProgressPolicy(home_pool)
     if name == "danlu":
-        from planner.danlu_policy import DanluPolicy  # it builds on the rules of this module
+        from planner.danlu_policy import (
+            DanluPolicy,  # it builds on the rules of this module
+        )
 
         return DanluPolicy()
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
