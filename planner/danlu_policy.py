@@ -32,6 +32,7 @@ held-out sets are in docs/simulate.md.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from planner.policy import ON_DEMAND, Decision, PolicyMemory, PolicyState, safety_net
@@ -46,6 +47,9 @@ class DanluPolicy:
     cycle_weight: float = 1.0
     reserve: float = 2.0
     line_share: float = 0.0
+    scarce: float = 0.2
+    plenty: float = 0.0
+    exit_ahead: float = -math.inf
     exit_run: float = 3.0
     prior_up_hours: float = 1.0
     prior_down_hours: float = 1.0
@@ -65,26 +69,32 @@ class DanluPolicy:
         union = memory.union
         assert union is not None  # observe() always sets it
         up = union.mean_up_hours(now, self.prior_up_hours)
-        if spot is not None:
-            if state.current != ON_DEMAND or up >= self.exit_run * d:
-                return Decision(spot, f"spot in {spot} (runs last {up:.2f} h on average)", memory)
-            return Decision(ON_DEMAND, f"spot runs ({up:.2f} h) too short to leave on-demand for", memory)
         down = union.mean_down_hours(now, self.prior_down_hours)
         slack = state.remaining_time_hours - state.work_left_hours
-        # crunch mode (working every tick) spends two launches per spot run it uses:
-        # keep that much slack for the runs still to come, and a few launches spare
-        need = self.cycle_weight * 2 * d * state.remaining_time_hours / (up + down) + self.reserve * d
-        # never less than a share of Uniform Progress's reserve, (D - C) / D of the time left
-        line = state.remaining_time_hours * (state.deadline_hours - state.job_hours) / state.deadline_hours
-        need = max(need, self.line_share * line)
+        need = self._need(state, up, down)
+        if spot is not None:
+            if state.current != ON_DEMAND:
+                return Decision(spot, f"spot in {spot} (runs last {up:.2f} h on average)", memory)
+            if up >= self.exit_run * d and slack - need >= self.exit_ahead * d:
+                return Decision(spot, f"spot in {spot}: runs of {up:.2f} h pay for leaving on-demand", memory)
+            return Decision(ON_DEMAND, f"on on-demand: spot runs {up:.2f} h, slack {slack:.2f} h of {need:.2f} h",
+                            memory)
         if state.current == ON_DEMAND:
-            if slack > need + 2 * d:  # far enough ahead to pay for coming back to on-demand
-                return Decision(None, f"no spot, slack {slack:.2f} h > {need:.2f} h: leave on-demand and wait",
-                                memory)
             return Decision(ON_DEMAND, "no spot: stay on on-demand", memory)
         if slack > need:
-            return Decision(None, f"no spot: wait (slack {slack:.2f} h > {need:.2f} h kept for switching)", memory)
+            return Decision(None, f"no spot: wait (slack {slack:.2f} h > {need:.2f} h kept)", memory)
         return Decision(ON_DEMAND, f"no spot and slack {slack:.2f} h <= {need:.2f} h: on-demand", memory)
+
+    def _need(self, state: PolicyState, up: float, down: float) -> float:
+        """The slack to keep: switches for the spot runs to come, plus spare launches, and
+        -- the scarcer spot has been -- up to Uniform Progress's share of the time left."""
+        d, left = state.restart_hours, state.remaining_time_hours
+        switching = self.cycle_weight * 2 * d * left / (up + down) + self.reserve * d
+        availability = up / (up + down)
+        scarce = min(max((self.plenty - availability) / max(self.plenty - self.scarce, _EPS), 0.0), 1.0)
+        share = self.line_share + (1.0 - self.line_share) * scarce if self.plenty > 0 else self.line_share
+        line = left * (state.deadline_hours - state.job_hours) / state.deadline_hours
+        return max(switching, share * line)
 
     def _pool(self, state: PolicyState, memory: PolicyMemory) -> str | None:
         if state.on_spot:

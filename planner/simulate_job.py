@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
 from planner.errors import PlannerError
 from planner.job import JobSpec, Overheads
 from planner.simulate import DEFAULT_ON_DEMAND_PRICE, DEFAULT_SPOT_PRICE, JobModel
@@ -109,8 +111,8 @@ def job_model(
         values["on_demand_price"] = trace.on_demand_price * (nodes or 1)
         sources["on_demand_price"] = "trace: metadata.price_info.on_demand_price"
     if "spot_price" not in values and _trace_priced(trace):
-        values["spot_price"] = DEFAULT_SPOT_PRICE  # unused: every tick has the trace's price
-        sources["spot_price"] = "trace: its own prices"
+        values["spot_price"] = float(np.nanmean(trace.spot_prices))  # shown; each tick bills its own
+        sources["spot_price"] = "trace: its own prices (mean shown)"
     needed = {"job_hours", "on_demand_price", "spot_price"} - values.keys()
     chosen, count, how = None, nodes or 1, "flags"
     if needed and job is None and "job_hours" in values and pool is None and trace_instance(trace) is None:
@@ -155,8 +157,6 @@ def job_model(
 
 
 def _trace_priced(trace: MultiPoolTrace) -> bool:
-    import numpy as np
-
     return bool(np.isfinite(trace.spot_prices).any())
 
 
