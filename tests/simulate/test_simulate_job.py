@@ -80,7 +80,7 @@ def test_a_named_pool_and_the_trace_price_info(job, tmp_path, capsys):
     out = _run(capsys, job, "--trace", tmp_path / "h100", "--pool", "aws:us-east-1:p3.2xlarge")
     model = out["model"]
     assert model["on_demand_price"] == 82.53 and model["from"]["on_demand_price"].startswith("trace: metadata")
-    assert model["from"]["spot_price"] == "trace: its own prices (mean shown)" and model["spot_price"] == 18.98
+    assert model["from"]["spot_price"] == "trace: its own prices (mean shown)" and model["spot_price"] == pytest.approx(18.98)
     assert out["policies"]["greedy"]["cost_usd"] == pytest.approx(18.98 * 4.5)
     assert model["job_hours"] == pytest.approx(4.0)
 
