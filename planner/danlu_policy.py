@@ -45,12 +45,12 @@ class DanluPolicy:
     """Learns the pools' availability as the run goes and spends the slack by it."""
 
     cycle_weight: float = 1.0
-    reserve: float = 2.0
+    reserve: float = 8.0
     line_share: float = 0.0
-    scarce: float = 0.2
-    plenty: float = 0.0
+    scarce: float = 0.1
+    plenty: float = 0.4
     exit_ahead: float = -math.inf
-    exit_run: float = 3.0
+    exit_run: float = 2.0
     prior_up_hours: float = 1.0
     prior_down_hours: float = 1.0
     name: str = "danlu"
