@@ -53,6 +53,8 @@ SETS = {
     "aws-r5-2023-04": ("preemption/1-node/aws-04-19-2023", "held-out", 4.032),
     "gcp-c3-2023-04": ("preemption/1-node/gcp-04-30-2023", "held-out", DEFAULT_ON_DEMAND_PRICE),
 }
+MIXED = {"aws-1node-2022-10"}
+"""Sets whose files are different instance types (K80 and V100, 1 and 8 GPUs): not zones of one pool."""
 POLICIES = ("greedy", "uniform_progress", "danlu")
 JOB_HOURS, SLACK_RATIO, RESTART_HOURS = (12.0, 72.0), (1.1, 2.0), (0.1, 0.2)
 
@@ -66,9 +68,10 @@ class Window:
     deadline_hours: float
     restart_hours: float
     on_demand_price: float
+    zones: str = "one"  # "one": the drawn zone alone; "all": every zone of the set, the drawn one as home
 
 
-def draw_windows(shared: Path, names: list[str], count: int, seed: int) -> list[Window]:
+def draw_windows(shared: Path, names: list[str], count: int, seed: int, zones: str = "one") -> list[Window]:
     """``count`` windows per set, the same ones for the same seed on any machine."""
     windows = []
     for index, name in enumerate(names):
@@ -85,19 +88,25 @@ def draw_windows(shared: Path, names: list[str], count: int, seed: int) -> list[
             model = JobModel(job, job * ratio, restart)
             grid = tick_grid(model, trace_hours / lengths[file])
             start = int(rng.integers(max(lengths[file] - grid.last_tick, 1)))
-            windows.append(Window(name, str(file), start, round(job, 3), round(job * ratio, 3), restart, on_demand))
+            windows.append(Window(name, str(file), start, round(job, 3), round(job * ratio, 3), restart, on_demand,
+                                  zones))
     return windows
 
 
 def run_window(window: Window) -> dict:
     """Every policy and the optimum on one window: costs and deadline flags."""
-    trace = read_traces([window.file])
+    home = Path(window.file)
+    trace = read_traces([home if window.zones == "one" else home.parent])
     model = JobModel(window.job_hours, window.deadline_hours, window.restart_hours, window.on_demand_price)
     grid = tick_grid(model, trace.tick_hours)
     span = trace.window(window.start, grid.horizon_ticks(model))
     row = {**asdict(window), "optimal": float(optimal_costs(trace, model, [window.start])[0])}
-    for name in POLICIES:
-        result = simulate(span, model, make_policy(name))
+    pool = trace.pools[trace.sources.index(home)]
+    policies = {name: make_policy(name, home_pool=pool) for name in POLICIES}
+    if window.zones == "all":  # the paper's policy in one zone, and its any-zone variant (SkyNomad's baseline)
+        policies["uniform_progress_any"] = make_policy("uniform_progress")
+    for name, policy in policies.items():
+        result = simulate(span, model, policy)
         row[name] = result.cost_usd
         row[f"{name}_met"] = result.deadline_met
     return row
@@ -125,6 +134,11 @@ def summarise(rows: list[dict], seed: int) -> dict:
                             "windows_dearer": int(np.sum(gain > 1 + 1e-9)),
                             "paired_ci95": list(bootstrap(gain, seed + 1))}
     out["danlu_vs_up"] = out["danlu"]["mean"] / out["uniform_progress"]["mean"]
+    if "uniform_progress_any" in rows[0]:
+        ratio = np.array([r["uniform_progress_any"] / r["optimal"] for r in rows])
+        out["uniform_progress_any"] = {"mean": float(ratio.mean()), "ci95": list(bootstrap(ratio, seed)),
+                                       "worst": float(ratio.max()),
+                                       "misses": sum(not r["uniform_progress_any_met"] for r in rows)}
     return out
 
 
@@ -151,13 +165,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--sets", nargs="*", choices=list(SETS), help="only these sets (default all)")
     parser.add_argument("--json", type=Path, metavar="OUT", help="also write every window's costs here")
+    parser.add_argument("--zones", choices=("one", "all"), default="one",
+                        help="one: each window in its drawn zone alone (default); all: every zone of the set, "
+                             "greedy and uniform_progress pinned to the drawn zone, danlu and optimal on all")
     args = parser.parse_args(argv)
     shared = Path(os.environ.get("DANLU_SHARED", ROOT / ".." / "shared"))
     if not (shared / TRACES).is_dir():
         parser.error(f"{shared / TRACES} is not a folder; set DANLU_SHARED")
     began_wall, began_cpu = time.perf_counter(), time.process_time()
     names = args.sets or list(SETS)
-    windows = draw_windows(shared, names, args.windows, args.seed)
+    if args.zones == "all":
+        names = [n for n in names if n not in MIXED]
+    windows = draw_windows(shared, names, args.windows, args.seed, args.zones)
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         rows = list(pool.map(run_window, windows, chunksize=4))
     results = {name: summarise([r for r in rows if r["set"] == name], args.seed) for name in names}
@@ -166,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         if chosen:
             results[f"all {role}"] = summarise(chosen, args.seed)
     print(table(results))
+    if args.zones == "all":
+        print("\nuniform_progress in any zone (all zones of the set): " + ", ".join(
+            f"{name} {s['uniform_progress_any']['mean']:.3f}" for name, s in results.items()))
     children = os.times()
     cpu = time.process_time() - began_cpu + children.children_user + children.children_system
     print(f"\n_{len(rows)} windows, seed {args.seed}: {time.perf_counter() - began_wall:.0f} s wall, {cpu:.0f} s CPU "
