@@ -6,7 +6,7 @@ two prices).  They come from the job and the catalog, on one pool:
 1. ``--pool cloud:region:instance_type`` when given;
 2. else the instance type the trace was recorded on, read from its file names
    (``us-east-1a_v100_1.json`` is a p3.2xlarge in us-east-1: :data:`TRACE_INSTANCES`),
-   in the trace zone's region;
+   in the first zone's region;
 3. else the pool the quote chooses for the job.
 
 C is the job's work over the throughput of ``nodes`` nodes of that pool (the
@@ -57,8 +57,10 @@ class SimulatedJob:
 
 
 def trace_instance(trace: MultiPoolTrace) -> tuple[str, str, str] | None:
-    """(cloud, region, instance type) the trace was recorded on, when its file names say."""
-    found = set()
+    """(cloud, region, instance type) the trace was recorded on, when its file names say:
+    one instance type in every file; the region is the first zone's (zones of several
+    regions are priced in the first, as the home pool of the paper's policies is)."""
+    found: list[tuple[str, str, str]] = []
     for path in trace.sources:
         stem = path.parent.name if path.name == "full.json" else path.stem
         zone, _, suffix = stem.partition("_")
@@ -66,8 +68,10 @@ def trace_instance(trace: MultiPoolTrace) -> tuple[str, str, str] | None:
         match = _AWS_ZONE.match(zone) or _GCP_ZONE.match(zone)
         if known is None or match is None:
             return None
-        found.add((known[0], match.group(1), known[1]))
-    return found.pop() if len(found) == 1 else None
+        found.append((known[0], match.group(1), known[1]))
+    if not found or len({(cloud, instance) for cloud, _, instance in found}) != 1:
+        return None
+    return found[0]
 
 
 def job_model(

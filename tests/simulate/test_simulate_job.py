@@ -109,3 +109,12 @@ def test_what_the_job_lacks_is_named_with_the_fix(tmp_path, capsys, body, argv, 
     trace = write_trace(tmp_path / "us-east-1a_v100_1.json", [0] * 24, gap_seconds=1800)
     assert main(["simulate", str(path), "--trace", str(trace), *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_zones_of_several_regions_are_priced_in_the_first(job, tmp_path, capsys):
+    folder = tmp_path / "4-node"
+    write_trace(folder / "us-east-1f_v100_1.json", [4, 4, 0, 4] * 4, gap_seconds=1800)
+    write_trace(folder / "us-west-2c_v100_1.json", [4, 0, 4, 4] * 4, gap_seconds=1800)
+    model = _run(capsys, job, "--trace", folder)["model"]
+    assert model["pool"] == "aws:us-east-1:p3.2xlarge" and model["nodes"] == 4
+    assert model["job_hours"] == pytest.approx(1.0)  # 36000 steps on 4 V100s at 2.5 steps/s each
