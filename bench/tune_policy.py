@@ -46,7 +46,7 @@ def default_grid() -> list[dict]:
     grid = [{}]
     for field, step in (("reserve", 4.0), ("cycle_weight", 0.5), ("exit_run", 1.0), ("line_share", 0.25)):
         value = getattr(shipped, field)
-        grid += [{field: value - step}, {field: value + step}]
+        grid += [{field: v} for v in (value - step, value + step) if v >= 0]
     return grid
 
 
