@@ -8,7 +8,8 @@ where it is not.  ``danlu`` measures the pool instead of assuming:
 
 * **What it learns.**  From the pools it has seen (:mod:`planner.policy_memory`): the
   mean run ``U`` and outage ``V`` of spot availability (exponential MLEs, the open run
-  censored, one prior pseudo-run each), over the union of the pools it may use.  The
+  censored, one prior pseudo-run each: ``1 / interruption rate`` where the planner knows
+  the pool's rate, as ``planner run`` does), over the union of the pools it may use.  The
   share of the time left that spot can do work is ``kappa = U/(U+V) * max(0, 1 -
   d/U)``: available that often, minus a launch per run.
 * **Idle or on-demand, when no spot is up.**  Finishing on spot alone needs ``W/kappa``
@@ -68,7 +69,8 @@ class DanluPolicy:
         d, now = state.restart_hours, state.elapsed_hours
         union = memory.union
         assert union is not None  # observe() always sets it
-        up = union.mean_up_hours(now, self.prior_up_hours)
+        priors = [self._prior_up(state, p) for p in memory.pools] or [self.prior_up_hours]
+        up = union.mean_up_hours(now, max(priors))  # some pool is up at least as long as the best one
         down = union.mean_down_hours(now, self.prior_down_hours)
         slack = state.remaining_time_hours - state.work_left_hours
         need = self._need(state, up, down)
@@ -96,6 +98,12 @@ class DanluPolicy:
         line = left * (state.deadline_hours - state.job_hours) / state.deadline_hours
         return max(switching, share * line)
 
+    def _prior_up(self, state: PolicyState, pool: str) -> float:
+        """The mean run expected of ``pool`` before any is seen: 1 / its interruption rate when
+        the planner knows one, else ``prior_up_hours``."""
+        rate = state.interruption_rates.get(pool)
+        return 1.0 / rate if rate is not None and rate > _EPS else self.prior_up_hours
+
     def _pool(self, state: PolicyState, memory: PolicyMemory) -> str | None:
         if state.on_spot:
             return state.current  # moving costs a launch; stay while it lasts
@@ -105,7 +113,7 @@ class DanluPolicy:
 
         def per_useful_hour(pool: str) -> tuple[float, float]:
             record = memory.pools[pool]
-            up = record.mean_up_hours(now, self.prior_up_hours)
+            up = record.mean_up_hours(now, self._prior_up(state, pool))
             useful = max(up - d, _EPS)
             return (state.spot_prices[pool] * up / useful, record.since)
 

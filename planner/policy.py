@@ -56,6 +56,9 @@ class PolicyState:
     ``overhead_left_hours`` > 0 means that instance is still inside its launch
     overhead (paid, not yet training).  ``spot_prices`` lists only the spot pools
     available now.  ``restart_hours`` is the overhead ``d`` of each new launch.
+    ``interruption_rates`` (per running hour, per pool) are what the planner expects of
+    the pools -- the catalog, the spot advisor, the rates learned from past runs
+    (:mod:`pricing.learned`); ``danlu`` starts from them before it has seen a pool itself.
     """
 
     elapsed_hours: float
@@ -70,6 +73,7 @@ class PolicyState:
     on_demand_price: float
     preempted: str | None = None
     memory: PolicyMemory = field(default_factory=PolicyMemory)
+    interruption_rates: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def work_left_hours(self) -> float:

@@ -91,3 +91,12 @@ def test_memory_round_trips_through_json_and_reads_the_old_format():
         PolicyMemory.from_dict({"pool_up_since": 3})
     with pytest.raises(TypeError, match="a pool record is a list of 6 values"):
         PolicyMemory.from_dict({"pools": {"a": [True]}})
+
+
+def test_the_planners_interruption_rates_are_the_prior_of_pools_not_seen_yet():
+    # two pools at one price: the one the planner expects to run 10 h between interruptions
+    # wins over the one expected to run 0.25 h, before either has been seen to end a run
+    s = state(spot_prices={"risky": 0.97, "steady": 0.97}, interruption_rates={"risky": 4.0, "steady": 0.1})
+    assert DanluPolicy().decide(s).target == "steady"
+    assert DanluPolicy()._prior_up(s, "risky") == pytest.approx(0.25)
+    assert DanluPolicy()._prior_up(s, "unknown") == DanluPolicy().prior_up_hours
