@@ -22,16 +22,22 @@ all quantities are hours.  ``tick_hours`` is how often the caller asks for a dec
 
 Policies (:data:`POLICY_NAMES`): ``on_demand``; ``greedy`` (spot whenever available,
 else wait, on-demand only at the last safe moment); ``uniform_progress`` (the paper's
-Uniform Progress); ``danlu`` (ours: Uniform Progress across several spot pools, see
-:class:`DanluPolicy`).
+Uniform Progress); ``danlu`` (ours: :class:`planner.danlu_policy.DanluPolicy`, which learns the pools'
+availability as the run goes and spends slack by it).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from planner.policy_memory import PolicyMemory, PoolRecord
+
+__all__ = [
+    "ON_DEMAND", "POLICY_NAMES", "Decision", "Policy", "PolicyMemory", "PolicyState", "PoolRecord", "make_policy",
+]
 
 ON_DEMAND = "on_demand"
 """The ``target`` (and ``current``) value that means the on-demand instance."""
@@ -39,33 +45,6 @@ ON_DEMAND = "on_demand"
 POLICY_NAMES = ("on_demand", "greedy", "uniform_progress", "danlu")
 
 _EPS = 1e-9
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyMemory:
-    """What a policy remembers between decisions (JSON-serialisable, immutable).
-
-    ``pool_up_since`` maps each spot pool seen available at the last decision to the
-    elapsed hour its current run of availability was first seen; ``danlu`` prefers
-    the pool that has been up the longest.
-    """
-
-    pool_up_since: Mapping[str, float] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"pool_up_since": dict(self.pool_up_since)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PolicyMemory:
-        raw = data.get("pool_up_since", {})
-        if not isinstance(raw, Mapping):
-            raise TypeError(f"policy memory: 'pool_up_since' must be a mapping, got {type(raw).__name__}")
-        return cls({str(k): float(v) for k, v in raw.items()})
-
-    def observe(self, state: PolicyState) -> PolicyMemory:
-        """The memory after seeing which pools are up in ``state``."""
-        now = state.elapsed_hours
-        return PolicyMemory({p: self.pool_up_since.get(p, now) for p in state.spot_prices})
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +56,9 @@ class PolicyState:
     ``overhead_left_hours`` > 0 means that instance is still inside its launch
     overhead (paid, not yet training).  ``spot_prices`` lists only the spot pools
     available now.  ``restart_hours`` is the overhead ``d`` of each new launch.
+    ``interruption_rates`` (per running hour, per pool) are what the planner expects of
+    the pools -- the catalog, the spot advisor, the rates learned from past runs
+    (:mod:`pricing.learned`); ``danlu`` starts from them before it has seen a pool itself.
     """
 
     elapsed_hours: float
@@ -91,6 +73,7 @@ class PolicyState:
     on_demand_price: float
     preempted: str | None = None
     memory: PolicyMemory = field(default_factory=PolicyMemory)
+    interruption_rates: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def work_left_hours(self) -> float:
@@ -139,6 +122,10 @@ def make_policy(name: str, *, home_pool: str | None = None) -> Policy:
     if name == "uniform_progress":
         return UniformProgressPolicy(home_pool)
     if name == "danlu":
+        from planner.danlu_policy import (
+            DanluPolicy,  # it builds on the rules of this module
+        )
+
         return DanluPolicy()
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
 
@@ -258,50 +245,3 @@ class UniformProgressPolicy:
         if state.current == ON_DEMAND and (spot is None or progress_gap(state, 2 * state.restart_hours) <= 0):
             decision = Decision(ON_DEMAND, "on on-demand until 2d ahead of the progress line", memory)
         return safety_net(state, spot) or decision
-
-
-@dataclass(frozen=True, slots=True)
-class DanluPolicy:
-    """Ours: Uniform Progress over every available spot pool, quicker back from on-demand.
-
-    * The spot side is the union of the pools.  A preemption moves the job to another
-      available pool instead of to on-demand; the job falls behind the progress line
-      (and pays for on-demand) only while *every* pool is down.  Among available pools
-      it takes the cheapest, and on a tie the one that has been up the longest.
-    * Back from on-demand to spot once the job is no more than ``-exit_lead``
-      launches behind the line (Uniform Progress waits until it is ``2d`` *ahead*,
-      ``exit_lead = 2``).  Measured on the p3.2xlarge traces (docs/simulate.md),
-      leaving early is cheaper: on-demand time costs ~3x spot, and a spot attempt
-      that fails quickly costs one launch.
-    * The safety net is the paper's, unchanged: whatever it could meet, this meets.
-    """
-
-    exit_lead: float = -1.0
-    name: str = "danlu"
-
-    def decide(self, state: PolicyState) -> Decision:
-        memory = state.memory.observe(state)
-        state = replace(state, memory=memory)
-        done = _done(state)
-        if done:
-            return done
-        spot = self._pool(state)
-        if spot is not None:
-            decision = Decision(spot, f"spot in {spot}", memory)
-        else:
-            decision = Decision(None, "no spot pool up, ahead of the progress line: wait", memory)
-        if progress_gap(state) < 0 and spot is None:
-            decision = Decision(ON_DEMAND, "no spot pool up and behind the progress line: on-demand", memory)
-        lead = self.exit_lead * state.restart_hours
-        if state.current == ON_DEMAND and (spot is None or progress_gap(state, lead) <= 0):
-            decision = Decision(ON_DEMAND, "on on-demand until close enough to the progress line", memory)
-        return safety_net(state, spot) or decision
-
-    @staticmethod
-    def _pool(state: PolicyState) -> str | None:
-        if state.on_spot:
-            return state.current  # moving costs a launch; stay while it lasts
-        if not state.spot_prices:
-            return None
-        up_since = state.memory.pool_up_since
-        return min(state.spot_prices, key=lambda p: (state.spot_prices[p], up_since[p]))

@@ -16,9 +16,6 @@ from rich.table import Table
 from planner.errors import JobSpecError
 from planner.policy import POLICY_NAMES
 from planner.simulate import (
-    DEFAULT_ON_DEMAND_PRICE,
-    DEFAULT_SPOT_PRICE,
-    JobModel,
     SimResult,
     SimulationError,
     TickGrid,
@@ -26,6 +23,7 @@ from planner.simulate import (
     simulate_policies,
     tick_grid,
 )
+from planner.simulate_job import SimulatedJob, job_model
 from pricing.traces import MultiPoolTrace, read_traces
 
 ALL_POLICIES = (*POLICY_NAMES, "optimal")
@@ -35,12 +33,21 @@ Replay the spot/on-demand switching policies on a spot availability trace (the
 "Can't Be Late" model): a job of C hours due D hours after it starts, a restart
 overhead of d hours on every launch, spot usable only in the ticks the trace says it
 is available.  Policies: on_demand, greedy, uniform_progress (the paper's, pinned to
-the first trace's pool or --home-pool), danlu (ours, the runtime's policy: uses every
-pool given) and optimal (the cheapest schedule in hindsight: the lower bound).
+the first trace's pool or --home-pool), danlu (ours, the runtime's policy: learns the
+pools' availability as it goes and uses every pool given) and optimal (the cheapest
+schedule in hindsight: the lower bound).
 
-Trace files: SkyPilot spot-traces JSON; in the 0/1 files 1 means spot UNAVAILABLE,
-multi-node files hold instance counts (available = --gang instances up, default the
-whole gang).  Give --trace several times, or a folder, to simulate several zones.
+The model comes from the job file: C from [workload] and the throughput of the pool
+(--pool, else the instance type the trace's file names say, else the quote's choice),
+D from constraints.deadline_hours, d from overheads.restart_minutes, on-demand and spot
+prices from the trace (its prices, metadata.price_info) or the catalog.  Every flag
+under "job model" overrides the value it names.
+
+Trace files are read by their content: SkyPilot spot-traces JSON (0/1 files: 1 means
+spot UNAVAILABLE; files with values above 1 hold instance counts, available = --gang
+instances up, default the whole gang), SkyNomad <zone>/full.json folders, and CSV
+date,availability (1 = available).  The table says which format each was read as.
+Give --trace several times, or a folder, to simulate several zones.
 
 Tick rules: preemption takes effect at the tick boundary (work up to it is kept);
 the restart overhead is rounded up to whole ticks; every tick is billed in full
@@ -55,10 +62,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("job", metavar="JOB", type=Path, help="job.toml (only its name is used for now)")
+    parser.add_argument("job", metavar="JOB", type=Path, help="job.toml: work, deadline, restart overhead")
     parser.add_argument(
         "--trace", action="append", required=True, type=Path, metavar="PATH",
-        help="trace .json file or folder of them; repeat for several zones",
+        help="trace file (.json, .csv) or folder of them; repeat for several zones",
     )
     parser.add_argument(
         "--policy", action="append", choices=(*ALL_POLICIES, "all"), metavar="NAME",
@@ -66,21 +73,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--plot", type=Path, metavar="PNG", help="write progress vs time per policy to PNG")
-    model = parser.add_argument_group("job model (the paper's parameters)")
-    model.add_argument("--job-hours", type=float, metavar="C", help="compute the job needs, hours (required for now)")
-    model.add_argument(
-        "--deadline-hours", type=float, metavar="D", help="deadline after the start, hours (required for now)"
-    )
-    model.add_argument("--restart-hours", type=float, default=0.2, metavar="d",
-                       help="overhead of each launch, hours (default 0.2, the paper's 12 min)")
-    model.add_argument("--on-demand-price", type=float, default=DEFAULT_ON_DEMAND_PRICE, metavar="X",
-                       help=f"on-demand USD/h (default {DEFAULT_ON_DEMAND_PRICE}, p3.2xlarge)")
+    where = parser.add_argument_group("pool and prices")
+    where.add_argument("--pool", metavar="CLOUD:REGION:TYPE",
+                       help="price and size the job on this catalog pool (default: the trace's instance type, "
+                            "else the quote's choice)")
+    where.add_argument("--nodes", type=int, metavar="N", help="nodes of the pool (default: the trace's gang, or 1)")
+    where.add_argument("--catalog", metavar="PATH", help="price catalog, as for planner quote (default: built in)")
+    where.add_argument("--no-cache", action="store_true", help="ignore the local price cache and imported catalogs")
+    model = parser.add_argument_group("job model (overrides of what the job file and catalog say)")
+    model.add_argument("--job-hours", type=float, metavar="C", help="compute the job needs, hours")
+    model.add_argument("--deadline-hours", type=float, metavar="D", help="deadline after the start, hours")
+    model.add_argument("--restart-hours", type=float, metavar="d", help="overhead of each launch, hours")
+    model.add_argument("--on-demand-price", type=float, metavar="X", help="on-demand USD/h for the whole job")
     model.add_argument("--spot-price", type=float, metavar="Y",
-                       help=f"spot USD/h for every pool, overriding a trace's own 'prices' "
-                            f"(default: the trace's prices, else {DEFAULT_SPOT_PRICE})")
+                       help="spot USD/h for every pool, overriding a trace's own prices")
     model.add_argument("--start-tick", type=int, default=0, metavar="K", help="start the job at tick K of the trace")
     model.add_argument(
-        "--gang", type=int, metavar="N", help="multi-node traces: instances that must be up (default all)"
+        "--gang", type=int, metavar="N", help="count traces: instances that must be up (default all)"
     )
     model.add_argument("--home-pool", metavar="POOL", help="pool of greedy and uniform_progress (default: the first)")
     parser.set_defaults(handler=handle)
@@ -88,21 +97,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     name = _job_name(args.job)
-    if args.job_hours is None or args.deadline_hours is None:
-        raise SimulationError(
-            f"{args.job}: planner simulate needs --job-hours and --deadline-hours; deriving the job length and "
-            "deadline from the job file is not supported yet, so give both flags"
-        )
-    model = JobModel(
-        args.job_hours,
-        args.deadline_hours,
-        args.restart_hours,
-        args.on_demand_price,
-        DEFAULT_SPOT_PRICE if args.spot_price is None else args.spot_price,
-    )
     trace = read_traces(args.trace, gang=args.gang)
     if args.spot_price is not None:
         trace = dataclasses.replace(trace, spot_prices=np.full(trace.spot_prices.shape, np.nan))
+    simulated = _model(args, trace)
+    model = simulated.model
     grid = tick_grid(model, trace.tick_hours)
     require_feasible(model, grid)
     if not 0 <= args.start_tick < trace.ticks:
@@ -119,14 +118,19 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         plot_progress(results, window, model, args.plot, home_pool=home)
     short = args.start_tick + grid.last_tick + 1 > trace.ticks
     if args.json:
-        print(json.dumps(_payload(name, trace, args.start_tick, model, grid, home, results), indent=2))
+        print(json.dumps(_payload(name, trace, args.start_tick, simulated, grid, home, results), indent=2))
         return 0
     title = (
-        f"{name}: C={model.job_hours:g} h, D={model.deadline_hours:g} h, d={model.restart_hours:g} h "
+        f"{name}: C={model.job_hours:.4g} h, D={model.deadline_hours:g} h, d={model.restart_hours:g} h "
         f"(as {grid.overhead_ticks} tick(s)), from tick {args.start_tick} of {len(trace.pools)} pool(s)"
     )
     pinned = f" ({home})" if len(trace.pools) > 1 else ""
     _print_table(console, title, results, pinned)
+    for fmt in dict.fromkeys(trace.formats):
+        read = [p for p, f in zip(trace.pools, trace.formats, strict=True) if f == fmt]
+        console.print(f"read as {fmt}: {', '.join(read)}")
+    where = f" on {simulated.nodes} x {simulated.pool}" if simulated.pool else ""
+    console.print(f"model{where}: " + "; ".join(f"{k} from {v}" for k, v in simulated.sources.items()))
     if not math.isclose(model.restart_hours, grid.overhead_hours):
         console.print(
             f"restart overhead {model.restart_hours:g} h is simulated as {grid.overhead_ticks} whole tick(s) "
@@ -137,6 +141,29 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if args.plot:
         console.print(f"plot written to {args.plot}")
     return 0
+
+
+def _model(args: argparse.Namespace, trace: MultiPoolTrace) -> SimulatedJob:
+    """The job's model: the whole job file when C must come from it, else just what the flags lack."""
+    from planner.job import load_job
+    from pricing.sources import resolve_catalog
+
+    overrides = {
+        "job_hours": args.job_hours, "deadline_hours": args.deadline_hours, "restart_hours": args.restart_hours,
+        "on_demand_price": args.on_demand_price, "spot_price": args.spot_price,
+    }
+    job, bare = None, _raw(args.job)
+    if args.job_hours is None or "workload" in bare:
+        job = load_job(args.job)
+    if args.nodes is not None and args.nodes < 1:
+        raise SimulationError(f"--nodes {args.nodes}: give 1 or more")
+    catalog = resolve_catalog(args.catalog, use_cache=not args.no_cache)
+    return job_model(job, catalog, trace, pool=args.pool, nodes=args.nodes, overrides=overrides, bare=bare)
+
+
+def _raw(path: Path) -> dict:
+    with path.open("rb") as fh:  # _job_name has read it already: no error left to report here
+        return tomllib.load(fh)
 
 
 def _job_name(path: Path) -> str:
@@ -157,7 +184,7 @@ def _payload(
     name: str,
     trace: MultiPoolTrace,
     start: int,
-    model: JobModel,
+    simulated: SimulatedJob,
     grid: TickGrid,
     home: str,
     results: dict[str, SimResult],
@@ -169,8 +196,10 @@ def _payload(
             "gap_seconds": trace.gap_seconds,
             "start_tick": start,
             "sources": [str(s) for s in trace.sources],
+            "formats": list(trace.formats),
         },
-        "model": {**dataclasses.asdict(model), "effective_restart_hours": grid.overhead_hours},
+        "model": {**dataclasses.asdict(simulated.model), "effective_restart_hours": grid.overhead_hours,
+                  "pool": simulated.pool, "nodes": simulated.nodes, "from": simulated.sources},
         "home_pool": home,
         "policies": {n: r.summary() for n, r in results.items()},
     }

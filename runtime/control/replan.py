@@ -40,7 +40,7 @@ from planner.policy import ON_DEMAND, Decision, Policy, PolicyMemory, PolicyStat
 from planner.pools import catalog_filter
 from planner.quote import PlanView, make_quote, view
 from planner.workload import WorkModel, blend_rate, work_model
-from pricing import risk
+from pricing import learned, risk
 from pricing.catalog import Catalog
 from pricing.egress import Site
 from pricing.pool import Pool
@@ -302,9 +302,24 @@ def _policy_decision(
         job_hours=work_total / rate_per_hour, deadline_hours=deadline,
         restart_hours=job.overheads.restart_minutes / 60.0, tick_hours=tick_hours, current=None,
         overhead_left_hours=0.0, spot_prices=prices, on_demand_price=on_demand_price, preempted=preempted,
-        memory=memory,
+        memory=memory, interruption_rates=spot_interruption_rates(catalog, prices),
     )
     return policy.decide(state)
+
+
+def spot_interruption_rates(catalog: Catalog, pools: Mapping[str, float]) -> dict[str, float]:
+    """Interruptions per running hour of each spot pool in ``pools`` (catalog, advisor bucket,
+    trace or cloud default, and what past runs taught: :func:`pricing.risk.estimate`)."""
+    try:
+        past = learned.load()
+    except learned.LearnedRatesError:  # old evidence must not block a decision (the quote warns)
+        past = {}
+    rates: dict[str, float] = {}
+    for o in catalog:
+        pool = Pool.of(o, "spot") if o.spot else None
+        if pool is not None and pool.id in pools and pool.id not in rates:
+            rates[pool.id] = risk.estimate(o, learned=past).rate
+    return rates
 
 
 def pool_interruption_rate(catalog: Catalog, pool: Pool) -> float | None:

@@ -188,3 +188,12 @@ def test_without_a_deadline_spot_is_used_whenever_available(tmp_path: Path) -> N
     decision = decide(make_policy("danlu"), job=job, catalog=catalog, elapsed_hours=1, work_done=0, work_total=300,
                       rate_per_hour=3000, cooling=frozenset({AWS_A}), preempted=AWS_A, memory=PolicyMemory())
     assert decision.target == GCP
+
+
+def test_the_policy_is_told_the_spot_pools_interruption_rates(setup) -> None:
+    from runtime.control.replan import relative_prices, spot_interruption_rates
+
+    job, catalog = setup
+    prices, _ = relative_prices(job, catalog, frozenset())
+    rates = spot_interruption_rates(catalog, prices)
+    assert set(rates) == set(prices) and all(r > 0 for r in rates.values())

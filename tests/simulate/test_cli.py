@@ -79,7 +79,7 @@ def test_spot_price_flag_overrides_trace_prices(job, tmp_path, capsys):
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--job-hours", "4"], "needs --job-hours and --deadline-hours"),
+        (["--deadline-hours", "6"], "workload: required key is missing"),
         ([*MODEL, "--home-pool", "eu-west-1a"], "--home-pool 'eu-west-1a' is not among"),
         ([*MODEL, "--start-tick", "99"], "--start-tick 99 is outside the trace: give 0 to 11"),
         (["--job-hours", "4", "--deadline-hours", "4.2"], "give a deadline of at least 4.5 h"),

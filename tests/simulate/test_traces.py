@@ -37,7 +37,7 @@ def test_counts_above_one_make_a_count_file_without_a_folder_hint(tmp_path):
 
 
 def test_gang_on_a_zero_one_file_is_refused(tmp_path):
-    with pytest.raises(TraceFormatError, match="needs a multi-node count file"):
+    with pytest.raises(TraceFormatError, match="needs a count file"):
         read_trace(write_trace(tmp_path / "z.json", [0, 1]), gang=2)
 
 
@@ -101,7 +101,7 @@ def test_traces_on_different_grids_cannot_combine(tmp_path):
 
 def test_empty_folder_and_repeated_file_are_refused(tmp_path):
     (tmp_path / "empty").mkdir()
-    with pytest.raises(TraceFormatError, match="no \\*.json trace files"):
+    with pytest.raises(TraceFormatError, match="folder has no trace files"):
         read_traces([tmp_path / "empty"])
     a = write_trace(tmp_path / "a.json", [0])
     with pytest.raises(TraceFormatError, match="given twice"):
@@ -138,3 +138,80 @@ def test_real_traces_match_the_published_availability(shared):
     assert share["us-west-2b"] == pytest.approx(0.095, abs=0.001)
     gang = read_trace(shared(*AVAILABILITY, "16-node", "aws-08-27-2023", "us-east-2b_v100_1.json"))
     assert gang.gang == 16 and gang.available.mean() == pytest.approx(0.456, abs=0.001)
+
+
+# -- the format is read from the content, and said -------------------------------------------
+
+
+def test_a_zero_one_file_under_a_gang_folder_is_read_as_zero_one(tmp_path):
+    """The bug of issue 17: a 0/1 file in a `4-node` folder was read as counts (never a
+    full gang of 4, so spot never appeared)."""
+    trace = read_trace(write_trace(tmp_path / "4-node" / "us-east-1f_v100_1.json", [0, 1, 0, 0], gap_seconds=600))
+    assert trace.available.tolist() == [True, False, True, True]
+    assert trace.gang is None and trace.format == "json 0/1 (1 = unavailable)"
+
+
+def test_count_files_say_the_gang_they_were_read_with(tmp_path):
+    trace = read_trace(write_trace(tmp_path / "16-node" / "z_v100_1.json", [16, 3, 12], gap_seconds=300))
+    assert trace.format == "json instance counts (available = 16 of 16 up)"
+    # a folder that names fewer nodes than the file holds is not believed
+    small = read_trace(write_trace(tmp_path / "2-node" / "z_v100_1.json", [0, 3, 1]), gang=2)
+    assert small.available.tolist() == [False, True, False]
+    assert small.format == "json instance counts (available = 2 of 3 up)"
+
+
+def test_zone_folders_of_full_json_with_their_price_info(tmp_path):
+    """The SkyNomad layout: <zone>/full.json plus numbered window shards, prices in metadata."""
+    root = tmp_path / "converted"
+    for zone, data in (("us-east-1f_v100_1", [1, 0, 0]), ("us-west-2c_v100_1", [0, 0, 1])):
+        body = {"metadata": {"gap_seconds": 600, "price_info": {"price": 1.26, "on_demand_price": 3.06}},
+                "data": data}
+        (root / zone).mkdir(parents=True)
+        (root / zone / "full.json").write_text(json.dumps(body), encoding="utf-8")
+        (root / zone / "0.json").write_text(json.dumps(body | {"data": [1]}), encoding="utf-8")
+    trace = read_traces([root])
+    assert trace.pools == ("us-east-1f", "us-west-2c")
+    assert trace.available.tolist() == [[False, True, True], [True, True, False]]
+    assert trace.formats == ("full.json 0/1 (1 = unavailable)",) * 2
+    assert trace.on_demand_price == 3.06 and np.all(trace.spot_prices == 1.26)
+    # one zone's folder alone is its full.json, not its shards
+    assert read_traces([root / "us-east-1f_v100_1"]).sources == (root / "us-east-1f_v100_1" / "full.json",)
+
+
+def test_csv_date_availability_reads_one_as_available_on_its_own_grid(tmp_path):
+    path = tmp_path / "us-east-1a_v100_1.csv"
+    rows = ["2023-02-15 22:08:16,1", "2023-02-15 22:11:31,1", "2023-02-15 22:14:46,0",
+            # one probe missing (22:18:01): it repeats the row before; clocks drift by a second
+            "2023-02-15 22:21:17,1", "2023-02-15 22:24:32,0"]
+    path.write_text("date,availability\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    trace = read_trace(path)
+    assert trace.gap_seconds == 195 and trace.pool == "us-east-1a"
+    assert trace.available.tolist() == [True, True, False, False, True, False]
+    assert trace.format == "csv date,availability (1 = available)"
+    assert read_traces([tmp_path]).formats == ("csv date,availability (1 = available)",)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("time,up\n1,0\n", "header is 'date,availability'"),
+        ("date,availability\n2023-01-01 00:00:00,0\n", "at least two rows"),
+        ("date,availability\n2023-01-01 00:00:00,0\nyesterday,1\n", "line 3: expected 'YYYY-MM-DD HH:MM:SS"),
+        ("date,availability\n2023-01-01 00:00:00,0\n2023-01-01 00:05:00,2\n", "line 3: availability must be 0 or 1"),
+        ("date,availability\n2023-01-01 00:05:00,0\n2023-01-01 00:00:00,1\n", "line 3: dates must increase"),
+    ],
+)
+def test_malformed_csv_names_the_line(tmp_path, body, message):
+    path = tmp_path / "z.csv"
+    path.write_text(body, encoding="utf-8")
+    with pytest.raises(TraceFormatError, match=message) as info:
+        read_trace(path)
+    assert str(path) in str(info.value)
+
+
+def test_bad_price_info_names_the_key(tmp_path):
+    path = tmp_path / "z.json"
+    path.write_text(json.dumps({"metadata": {"gap_seconds": 60, "price_info": {"on_demand_price": -3}},
+                                "data": [0]}), encoding="utf-8")
+    with pytest.raises(TraceFormatError, match=r"'metadata.price_info.on_demand_price' must be a positive"):
+        read_trace(path)
