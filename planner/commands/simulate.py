@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
 
 from planner.errors import JobSpecError
 from planner.policy import POLICY_NAMES
@@ -24,6 +24,7 @@ from planner.simulate import (
     tick_grid,
 )
 from planner.simulate_job import SimulatedJob, job_model
+from planner.tables import Column, fitted_table
 from pricing.traces import MultiPoolTrace, read_traces
 
 ALL_POLICIES = (*POLICY_NAMES, "optimal")
@@ -206,19 +207,21 @@ def _payload(
 
 
 def _print_table(console: Console, title: str, results: dict[str, SimResult], pinned: str) -> None:
+    # The policy, its cost against the optimum and whether it kept the deadline stay at any width;
+    # the hour and launch counts make way first.
     optimal = results.get("optimal")
     on_demand = results.get("on_demand")
-    table = Table(title=title)
-    table.add_column("policy", no_wrap=True)
-    table.add_column("cost $", justify="right")
+    columns = [Column("policy", wrap=True), Column("cost $", "right")]
     if optimal:
-        table.add_column("x optimal", justify="right")
+        columns.append(Column("x optimal", "right"))
     if on_demand:
-        table.add_column("saved vs on-demand", justify="right")
-    for column in ("finish h", "deadline", "launches", "preemptions", "spot h", "on-demand h"):
-        table.add_column(column, justify="right")
+        columns.append(Column("saved vs on-demand", "right", drop=2))
+    columns += [Column("finish h", "right", drop=3), Column("deadline"), Column("launches", "right", drop=4),
+                Column("preemptions", "right", drop=5), Column("spot h", "right", drop=1),
+                Column("on-demand h", "right", drop=1)]
+    rows = []
     for policy, r in results.items():
-        row = [policy + (pinned if policy in ("greedy", "uniform_progress") else ""), f"{r.cost_usd:,.2f}"]
+        row = [escape(policy + (pinned if policy in ("greedy", "uniform_progress") else "")), f"{r.cost_usd:,.2f}"]
         if optimal:
             row.append(f"{r.cost_usd / optimal.cost_usd:.3f}")
         if on_demand:
@@ -226,5 +229,5 @@ def _print_table(console: Console, title: str, results: dict[str, SimResult], pi
         finish = "-" if r.finish_hours is None else f"{r.finish_hours:.2f}"
         met = "met" if r.deadline_met else "[red]MISSED[/]"
         row += [finish, met, str(r.launches), str(r.preemptions), f"{r.spot_hours:.2f}", f"{r.on_demand_hours:.2f}"]
-        table.add_row(*row)
-    console.print(table)
+        rows.append(row)
+    console.print(fitted_table(columns, rows, width=console.width, title=title))
