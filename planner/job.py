@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from planner.errors import JobSpecError
+from planner.job_tracking import Tracking
 from pricing.catalog import PURCHASE_OPTIONS
 from pricing.egress import DEFAULT_TRANSFER_GBPS, LocationError, Site, parse_site
 
@@ -291,6 +292,7 @@ class JobSpec(_Section):
     run: Run = Run()
     alerts: Alerts = Alerts()
     data: Data | None = None
+    tracking: Tracking = Tracking()  # experiment trackers the session logs to (planner/job_tracking.py)
 
 
 def load_job(path: str | Path) -> JobSpec:
