@@ -386,7 +386,7 @@ def _describe(error: dict[str, Any], raw: dict[str, Any]) -> str:
         return f"{key}: required key is missing"
     msg = error["msg"].removeprefix("Value error, ")
     given = error.get("input")
-    secret = key.startswith("alerts.smtp_url")  # may hold a password: never echoed
+    secret = key.startswith(("alerts.smtp_url", "tracking.mlflow.tracking_uri"))  # may hold a password: never echoed
     shown = "" if isinstance(given, dict) or given is None or secret else f" (got {_shown(given)})"
     if key.endswith(("workload", "purchase", "alerts", "run", "data")) and kind == "value_error":
         return f"{key}: {msg}"

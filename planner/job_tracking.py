@@ -8,6 +8,7 @@
     [tracking.mlflow]
     tracking_uri = "sqlite:///mlflow.db"     # default: MLflow's own (MLFLOW_TRACKING_URI, else ./mlflow.db)
     experiment = "digits"                    # default: the job's name
+    # artifact_location = "..."              # a new experiment's artifacts (default: beside a sqlite store)
 
     [tracking.wandb]
     project = "digits"
@@ -38,6 +39,7 @@ class _Section(BaseModel):
 class MlflowTracking(_Section):
     tracking_uri: str | None = Field(default=None, min_length=1)
     experiment: str | None = Field(default=None, min_length=1, max_length=500)
+    artifact_location: str | None = Field(default=None, min_length=1)
 
     @field_validator("tracking_uri")
     @classmethod

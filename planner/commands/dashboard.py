@@ -73,12 +73,19 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     token = args.token or os.environ.get(TOKEN_ENV) or (None if loopback else new_token())
     config = DashboardConfig(runs_dir=runs_dir, token=token, loopback=loopback, poll_s=args.poll,
                              quote=QuoteSettings(catalog=args.catalog, use_cache=not args.no_cache))
-    shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
-    shown = f"[{shown}]" if ":" in shown else shown
-    url = f"http://{shown}:{args.port}/"
-    if token is not None and not (args.token or os.environ.get(TOKEN_ENV)):
-        url += f"?token={token}"  # a random token: this line is the only place it is said
-    console.print(f"danlu dashboard of {escape(str(runs_dir))} at {escape(url)}"
-                  + ("" if loopback else " (every request needs the token)") + "; Ctrl-C stops it", soft_wrap=True)
-    serve(config, args.host, args.port)
+    def announce(port: int) -> None:
+        shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+        url = f"http://{f'[{shown}]' if ':' in shown else shown}:{port}/"
+        if token is not None and not (args.token or os.environ.get(TOKEN_ENV)):
+            url += f"?token={token}"  # a random token: this line is the only place it is said
+        console.print(f"danlu dashboard of {escape(str(runs_dir))} at {escape(url)}"
+                      + ("" if loopback else " (every request needs the token)") + "; Ctrl-C stops it",
+                      soft_wrap=True)
+        console.file.flush()
+
+    try:
+        serve(config, args.host, args.port, announce=announce)
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc}). To fix: pick another "
+                             "--port, or a --host address of this machine.") from None
     return 0

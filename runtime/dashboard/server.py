@@ -5,8 +5,10 @@ uvicorn's access log is off: with a token, a first request's address holds it.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from danlu.extras import require
@@ -22,9 +24,21 @@ def _server(config: DashboardConfig, host: str, port: int):
     return uvicorn.Server(settings)
 
 
-def serve(config: DashboardConfig, host: str, port: int) -> None:
-    """Serve until Ctrl-C."""
-    _server(config, host, port).run()
+def serve(config: DashboardConfig, host: str, port: int, announce: Callable[[int], None] | None = None) -> None:
+    """Serve until Ctrl-C. The socket is bound first, so ``announce(port)`` runs once it accepts connections.
+
+    Raises:
+        OSError: the address cannot be bound (in use, not this machine's).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.set_inheritable(True)
+    if announce is not None:
+        announce(sock.getsockname()[1])
+    _server(config, host, port).run(sockets=[sock])
 
 
 @dataclass

@@ -35,7 +35,10 @@ class MlflowBackend:
         self.client = client = MlflowClient(tracking_uri=self.config.tracking_uri)
         name = self.config.experiment or self.launch.job
         experiment = client.get_experiment_by_name(name)
-        experiment_id = experiment.experiment_id if experiment is not None else client.create_experiment(name)
+        if experiment is not None:
+            experiment_id = experiment.experiment_id
+        else:
+            experiment_id = client.create_experiment(name, artifact_location=self._artifact_location())
         # The key holds only [A-Za-z0-9._-] (launch.run_key): safe inside the quoted filter.
         found = client.search_runs([experiment_id], filter_string=f"tags.`{KEY_TAG}` = '{self.launch.key}'",
                                    max_results=1)
@@ -46,6 +49,19 @@ class MlflowBackend:
         else:
             tags = {KEY_TAG: self.launch.key, "danlu.job": self.launch.job, "danlu.run_dir": self.launch.run_dir}
             self.run_id = client.create_run(experiment_id, run_name=self.launch.key, tags=tags).info.run_id
+
+    def _artifact_location(self) -> str | None:
+        """Where a new experiment keeps its files: as configured, else beside a sqlite store.
+
+        MLflow's own default is ``./mlruns`` of whatever directory the training started in,
+        which scatters one run's report over the working directories of its launches.
+        """
+        if self.config.artifact_location:
+            return self.config.artifact_location
+        uri = self.config.tracking_uri or ""
+        if uri.startswith("sqlite:///"):
+            return (Path(uri.removeprefix("sqlite:///")).resolve().parent / "mlartifacts").as_uri()
+        return None
 
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
         from mlflow.entities import Metric
