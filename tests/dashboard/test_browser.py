@@ -38,6 +38,13 @@ def test_runs_list_shows_the_run_and_updates_while_it_runs(tracked_run, dashboar
         }""", arg=[tracked_run.run_dir.name, first], timeout=300_000)
     assert row.get_attribute("class") == "running"
     assert "spot" in row.locator(".pool").inner_text()
+    # For the docs: the run after its preemption and re-plan, still training (if this machine is not too quick).
+    page.wait_for_function(
+        """(name) => {
+            const row = document.querySelector(`#runs tr[data-run="${name}"]`);
+            return row && (row.classList.contains("completed") ||
+                           (row.cells[8].textContent === "1" && !row.querySelector(".done").textContent.startsWith("0.0%")));
+        }""", arg=tracked_run.run_dir.name, timeout=300_000)
     page.screenshot(path=str(DOCS / "dashboard-runs.png"), full_page=True)
     tracked_run.wait()
     page.locator(f'#runs tr[data-run="{tracked_run.run_dir.name}"].completed').wait_for(timeout=60_000)

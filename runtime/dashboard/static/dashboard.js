@@ -122,7 +122,7 @@ function renderRun(d) {
   const summary = d.summary;
   $("summary-none").hidden = !!summary;
   fill($("summary"), summary ? Object.entries(summary).filter(([, v]) => typeof v !== "object" || v === null).map(([k, v]) =>
-    el("tr", {}, el("th", { text: k }), el("td", { text: typeof v === "number" && k.endsWith("usd") ? usd(v) : String(v) }))) : []);
+    el("tr", {}, el("th", { text: k }), el("td", { text: v === null ? "-" : typeof v === "number" && k.endsWith("usd") ? usd(v) : String(v) }))) : []);
   $("event-count").textContent = d.events.length;
   fill($("events").tBodies[0], d.events.slice().reverse().map((e) => {
     const rest = Object.fromEntries(Object.entries(e).filter(([k]) => !["seq", "event", "t", "wall"].includes(k)));
