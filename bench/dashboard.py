@@ -27,12 +27,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import httpx  # noqa: E402
+import httpx
 
-from runtime.dashboard.app import DashboardConfig  # noqa: E402
-from runtime.dashboard.server import start_in_thread  # noqa: E402
-from runtime.tracking.hub import TrackerHub  # noqa: E402
-from tests.report.builders import finished_run  # noqa: E402
+from runtime.dashboard.app import DashboardConfig
+from runtime.dashboard.server import start_in_thread
+from runtime.tracking.hub import TrackerHub
+from tests.report.builders import finished_run
 
 
 def timed(fn, repeat: int) -> dict[str, float]:

@@ -350,7 +350,7 @@ class Controller:
         """The run report into the job's trackers; a tracker's failure is an event, never the run's."""
         try:
             problems = tracking_final.publish_report(self.run_dir, self.job, cwd=self.state.cwd)
-        except Exception as exc:  # the report could not even be built: say so, the run has ended anyway
+        except Exception as exc:  # noqa: BLE001 -- the report could not even be built: say so, the run has ended anyway
             problems = [f"the run report could not be published ({type(exc).__name__}: {exc})"]
         for problem in problems:
             self.events.emit("tracking_problem", message=problem)
@@ -534,7 +534,8 @@ class Controller:
         )
         return LaunchSpec(
             launch_id=launch_id, entrypoint=tuple(self.job.run.entrypoint), nproc_per_node=self.job.run.nproc_per_node,
-            rdzv_id=rdzv_id, env={**terms.to_env(), **tracking_env(self.job, self.run_dir)}, cwd=self.state.cwd, log_dir=self.run_dir / "launches" / launch_id,
+            rdzv_id=rdzv_id, env={**terms.to_env(), **tracking_env(self.job, self.run_dir)}, cwd=self.state.cwd,
+            log_dir=self.run_dir / "launches" / launch_id,
             rdzv_timeout_s=self.tuning.rdzv_timeout_s, shutdown_timeout_s=self.tuning.shutdown_timeout_s,
         )
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -26,17 +26,18 @@ from danlu.extras import require
 
 require("fastapi", "dashboard", feature="planner dashboard")
 
-import anyio  # noqa: E402 -- after the extra check: a missing extra is one line, not a traceback
-from fastapi import FastAPI, Request  # noqa: E402
-from fastapi.responses import FileResponse, Response, StreamingResponse  # noqa: E402
-from starlette.concurrency import run_in_threadpool  # noqa: E402
+# After the check above: without the extra, one line naming the pip install, not a traceback.
+import anyio
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
-from planner.errors import PlannerError  # noqa: E402
-from pricing.errors import PricingError  # noqa: E402
-from runtime.dashboard import quotes  # noqa: E402
-from runtime.dashboard.runs import RunNotFound, RunsDir, run_detail  # noqa: E402
-from runtime.dashboard.security import SecurityMiddleware  # noqa: E402
-from runtime.errors import RuntimeFailure  # noqa: E402
+from planner.errors import PlannerError
+from pricing.errors import PricingError
+from runtime.dashboard import quotes
+from runtime.dashboard.runs import RunNotFound, RunsDir, run_detail
+from runtime.dashboard.security import SecurityMiddleware
+from runtime.errors import RuntimeFailure
 
 __all__ = ["DashboardConfig", "create_app"]
 
@@ -52,7 +53,7 @@ class DashboardConfig:
     loopback: bool = True
     poll_s: float = 1.0  # how often the streams look at the files
     keepalive_s: float = 15.0  # an SSE comment this often, so proxies keep the stream open
-    quote: quotes.QuoteSettings = quotes.QuoteSettings()
+    quote: quotes.QuoteSettings = field(default_factory=quotes.QuoteSettings)
 
 
 def _finite(value: Any) -> Any:
@@ -143,10 +144,10 @@ def create_app(config: DashboardConfig) -> Any:
             return _json({"error": "request too large; a job file is a page of settings"}, 413)
         try:
             data = json.loads(body)
-            if not isinstance(data, dict):
-                raise ValueError("not an object")
         except ValueError as exc:
-            return _json({"error": f"not a JSON object ({exc})"}, 400)
+            return _json({"error": f"not JSON ({exc})"}, 400)
+        if not isinstance(data, dict):
+            return _json({"error": "send a JSON object: {\"job\": ID} or {\"toml\": TEXT}"}, 400)
         objective = data.get("objective") or None
         if objective not in (None, "cost", "time", "carbon"):
             return _json({"error": "objective is one of cost, time, carbon"}, 400)

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.errors import PlannerError
 from planner.job import MAX_FILE_BYTES, JobSpec, load_job, parse_job
 from runtime.errors import RuntimeFailure
 from runtime.reports.run_view import find_runs
@@ -92,7 +91,8 @@ def parse_pasted(text: str) -> tuple[JobSpec, str]:
     return parse_job(raw, source=PASTED), PASTED
 
 
-def quote_payload(job: JobSpec, source: str, settings: QuoteSettings, *, objective: str | None = None) -> dict[str, Any]:
+def quote_payload(job: JobSpec, source: str, settings: QuoteSettings, *,
+                  objective: str | None = None) -> dict[str, Any]:
     """``planner quote --json``'s object for ``job``.
 
     Raises:
@@ -106,5 +106,3 @@ def quote_payload(job: JobSpec, source: str, settings: QuoteSettings, *, objecti
                           top=settings.top, objective=objective)
     return quote_json(quote)
 
-
-USER_ERRORS: tuple[type[Exception], ...] = (PlannerError, RuntimeFailure)

@@ -98,7 +98,7 @@ class SecurityMiddleware:
         cookie = SimpleCookie()
         try:
             cookie.load(headers.get("cookie", ""))
-        except Exception:  # a malformed cookie header is simply no token
+        except Exception:  # noqa: BLE001 -- a malformed cookie header is simply no token
             return False
         morsel = cookie.get(COOKIE)
         return morsel is not None and _same(morsel.value, self.token)

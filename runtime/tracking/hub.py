@@ -98,7 +98,7 @@ class TrackerHub:
         try:
             getattr(backend, method)(*args, **kwargs)
             return True
-        except Exception as exc:  # any failure of a tracker: reported once, never raised into training
+        except Exception as exc:
             self._problem(f"{backend.name} failed ({method}: {type(exc).__name__}: {exc}); "
                           "training goes on without it")
             log.debug("tracker %s failed", backend.name, exc_info=True)
@@ -108,5 +108,5 @@ class TrackerHub:
         self.problems.append(message)
         try:
             self._report(message)
-        except Exception:  # a report that cannot be printed must not take the thread down
+        except Exception:  # noqa: BLE001 -- a report that cannot be printed must not take the thread down
             log.warning("%s", message)

@@ -49,9 +49,9 @@ class Broken(Recorder):
 
 
 def _meter(work: Path, **changes) -> None:
-    fields = dict(t=1.0, spent_usd=0.5, burn_usd_per_hour=0.18, forecast_usd=2.0, budget_usd=5.0, preemptions=1,
-                  replans=1, lost_steps=3, launch="l-2", pool="1x n1 spot gcp:us-central1", purchase="spot",
-                  cloud="gcp", region="us-central1", instance_type="n1")
+    fields = {"t": 1.0, "spent_usd": 0.5, "burn_usd_per_hour": 0.18, "forecast_usd": 2.0, "budget_usd": 5.0,
+              "preemptions": 1, "replans": 1, "lost_steps": 3, "launch": "l-2", "pool": "1x n1 spot gcp:us-central1",
+              "purchase": "spot", "cloud": "gcp", "region": "us-central1", "instance_type": "n1"}
     write_meter(work, Meter(**{**fields, **changes}))
 
 
@@ -77,8 +77,8 @@ def test_a_missing_extra_is_one_line_naming_the_pip_install(monkeypatch, tmp_pat
     hub = TrackerHub([MlflowBackend(launch, launch.spec.mlflow)], report=reports.append)
     hub.log_metrics(1, {"loss": 1.0})
     assert hub.close(timeout_s=60)
-    assert reports == ["mlflow failed (open: MissingExtra: [tracking.mlflow] needs mlflow, which is not installed. "
-                       "To fix: pip install 'danlu[mlflow]'); training goes on without it"]
+    assert reports == [("mlflow failed (open: MissingExtra: [tracking.mlflow] needs mlflow, which is not installed. "
+                        "To fix: pip install 'danlu[mlflow]'); training goes on without it")]
 
 
 def test_a_tracker_slower_than_training_never_holds_it_up() -> None:
