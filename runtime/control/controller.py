@@ -89,6 +89,7 @@ from runtime.providers.base import (
 )
 from runtime.providers.notices import INTERRUPTION, Notice
 from runtime.tracking import final as tracking_final
+from runtime.tracking import setup as tracking_setup
 from runtime.tracking.launch import launch_env as tracking_env
 from runtime.tracking.meter import Meter, write_meter
 from runtime.training import contract
@@ -238,6 +239,7 @@ class Controller:
         with the error as its cause before it propagates: no error leaves it "running".
         """
         try:
+            self._prepare_tracking()
             if self.state.current is not None:
                 self._recover()
             if self.state.status == "running" and self._training_finished():
@@ -345,6 +347,11 @@ class Controller:
         if error is not None:
             raise error
         return summary
+
+    def _prepare_tracking(self) -> None:
+        """Ready the trackers' shared stores before any node starts (runtime.tracking.setup)."""
+        for problem in tracking_setup.prepare_trackers(self.run_dir, self.job, cwd=self.state.cwd):
+            self.events.emit("tracking_problem", message=problem)
 
     def _publish_tracking(self) -> None:
         """The run report into the job's trackers; a tracker's failure is an event, never the run's."""

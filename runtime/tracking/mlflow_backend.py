@@ -21,6 +21,7 @@ KEY_TAG = "danlu.run"
 
 class MlflowBackend:
     name = "mlflow"
+    needs_setup = True  # the store's tables: see runtime.tracking.setup
 
     def __init__(self, launch: TrackingLaunch, config: MlflowTracking):
         self.launch = launch
