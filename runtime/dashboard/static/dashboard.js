@@ -78,7 +78,7 @@ function renderRuns(data) {
   $("root").textContent = "Runs directory " + data.root + (data.error ? " — " + data.error : "");
   $("empty").hidden = data.runs.length > 0 || data.broken.length > 0;
   fill($("runs").tBodies[0], data.runs.map((r) => {
-    const done = r.progress === null ? "?" : pct(r.progress) + " (" + num(r.work_done, 0) + " / " + num(r.work_total, 0) + " " + r.unit + ")";
+    const done = r.progress === null ? "?" : pct(r.progress) + " · " + num(r.work_done, 0) + "/" + num(r.work_total, 0) + " " + r.unit;
     const spent = usd(r.spent_usd) + (r.budget_usd ? " of " + usd(r.budget_usd) : "");
     const forecast = r.forecast_usd === null ? "?" : usd(r.forecast_usd) + (r.forecast_budget_fraction !== null ? " (" + pct(r.forecast_budget_fraction) + ")" : "");
     let eta = r.status === "running" ? (r.eta_t ? "in " + num((r.eta_t - r.as_of_t) / 3600, 2) + " h" : "?") : "ended " + utc(r.as_of_t);
