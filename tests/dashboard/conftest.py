@@ -28,6 +28,22 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 DOCS = REPO / "docs"
 STEPS = 60
+# MLflow 3 reports usage to its makers and W&B reports errors to Sentry unless told not to:
+# no test may send traffic off this machine, from the test process or a training process.
+NO_PHONING_HOME = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true", "WANDB_ERROR_REPORTING": "false",
+                   "WANDB_SILENT": "true"}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _trackers_stay_home():
+    saved = {k: os.environ.get(k) for k in NO_PHONING_HOME}
+    os.environ.update(NO_PHONING_HOME)
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @dataclass
@@ -47,7 +63,7 @@ class TrackedRun:
 
 
 @pytest.fixture(scope="session")
-def tracked_run(tmp_path_factory) -> TrackedRun:
+def tracked_run(tmp_path_factory, _trackers_stay_home) -> TrackedRun:
     base = tmp_path_factory.mktemp("tracked")
     root, tracking = base / "runs", base / "tracking"
     root.mkdir()
@@ -73,7 +89,7 @@ log_dir = "{tracking / 'tb'}"
     job = write_job(base / "job.toml", entrypoint=entry, steps=STEPS, nproc=1, extra=extra)
     run_dir = root / "digits-tracked"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-           "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
+           "OMP_NUM_THREADS": "1", **NO_PHONING_HOME}
     log = base / "controller.log"
     command = [sys.executable, "-m", "planner.cli", "run", str(job), "--catalog", str(catalog), "--run-dir",
                str(run_dir), "--time-scale", "30", "--cooldown", "120", "--chaos", "at=0s"]
