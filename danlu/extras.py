@@ -18,5 +18,6 @@ def require(module: str, extra: str, *, feature: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError:
         raise MissingExtra(
-            f"{feature} needs {module.split('.')[0]}, which is not installed. To fix: pip install 'danlu[{extra}]'"
+            f"{feature} needs {module.split('.')[0]}, which is not installed. To fix: pip install 'danlu[{extra}]' "
+            f"(in a checkout of danlu: pip install -e '.[{extra}]')"
         ) from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from rich.console import Console
@@ -52,15 +53,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def output_width() -> int | None:
+    """The terminal's width; piped output gets COLUMNS when set (a tmux pane, a user who asks) or 120,
+    a readable table width instead of rich's 80-column fallback."""
+    if sys.stdout.isatty():
+        return None
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else 120
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_USAGE
-    # Piped output keeps a readable table width instead of rich's 80-column fallback.
-    width = None if sys.stdout.isatty() else 120
-    console = Console(stderr=False, highlight=False, width=width)
+    console = Console(stderr=False, highlight=False, width=output_width())
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         return int(args.handler(args, console) or EXIT_OK)

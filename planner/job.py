@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from planner.cluster_spec import ClusterPool
 from planner.errors import JobSpecError
 from planner.job_tracking import Tracking
 from pricing.catalog import PURCHASE_OPTIONS
@@ -132,6 +133,17 @@ class HeldReservation(_Section):
 class Purchase(_Section):
     allow: tuple[PurchaseOption, ...] = Field(default=("spot", "on_demand"), max_length=MAX_LIST)
     held: tuple[HeldReservation, ...] = Field(default=(), max_length=MAX_LIST)
+    # A team's own Kubernetes cluster, one entry per GPU type (planner/cluster.py).
+    cluster: tuple[ClusterPool, ...] = Field(default=(), max_length=MAX_LIST)
+
+    @field_validator("cluster")
+    @classmethod
+    def _unique_clusters(cls, value: tuple[ClusterPool, ...]) -> tuple[ClusterPool, ...]:
+        seen = [(c.context, c.namespace, c.name) for c in value]
+        twice = sorted({f"{c[2]!r}" for c in seen if seen.count(c) > 1})
+        if twice:
+            raise ValueError(f"cluster names must differ within one context and namespace ({', '.join(twice)} twice)")
+        return value
 
     @field_validator("allow")
     @classmethod

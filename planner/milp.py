@@ -17,7 +17,7 @@ that keeps the deadline safe.
     phases     sum y_k <= max_phases
 
 Every phase after the first pays a switch of R hours (restart and checkpoint load) at its
-own burn rate.  Objectives: expected cost; expected hours (time); P90 hours (p90_time, for
+own burn rate; a cluster phase also waits its queue (``wait_k`` hours, unbilled) when used.  Objectives: expected cost; expected hours (time); P90 hours (p90_time, for
 deadline relaxations); kg CO2e (carbon); all but cost break ties by cost.  HiGHS solves it, CBC is the fallback.
 """
 
@@ -35,9 +35,10 @@ import pulp
 
 from planner.errors import SolverError
 from planner.pools import Config
-from pricing.pool import HELD
+from pricing.pool import CLUSTER, HELD
 
-PURCHASE_CLASS = {HELD: 0, "reserved_1y": 1, "reserved_3y": 1, "spot": 2, "on_demand": 3}
+# A team's own cluster is used first like held capacity: "the cluster, then the cloud".
+PURCHASE_CLASS = {HELD: 0, CLUSTER: 0, "reserved_1y": 1, "reserved_3y": 1, "spot": 2, "on_demand": 3}
 TIE_BREAK = 1e-6
 
 
@@ -56,12 +57,13 @@ class Phase:
     switch_hours: float
     load_hours: float = 0.0  # loading a checkpoint stored in another region or cloud (nodes running)
     stage_hours: float = 0.0  # copying the dataset into this phase's region first (no nodes yet)
+    wait_hours: float = 0.0  # a cluster's queue before its pods start (not billed)
     data_usd: float = 0.0  # data egress: the staging copy, or streamed reads
     checkpoint_usd: float = 0.0  # checkpoint egress: the load on entry and the reloads after preemptions
 
     @property
     def billed_hours(self) -> float:
-        return self.hours - self.stage_hours
+        return self.hours - self.stage_hours - self.wait_hours
 
     @property
     def cost(self) -> float:
@@ -69,7 +71,7 @@ class Phase:
 
     @property
     def work_hours(self) -> float:
-        return self.hours - self.switch_hours - self.load_hours - self.stage_hours
+        return self.hours - self.switch_hours - self.load_hours - self.stage_hours - self.wait_hours
 
     @property
     def egress_usd(self) -> float:
@@ -136,7 +138,8 @@ def solve(
         for k, c in enumerate(configs)
     ) + pulp.lpSum(usd * z[site] for site, (usd, _) in staged.items())
     extra_hours = pulp.lpSum(
-        (R + c.entry_hours) * (y[k] - f[k]) + c.start_hours * f[k] for k, c in enumerate(configs)
+        (R + c.entry_hours) * (y[k] - f[k]) + c.start_hours * f[k] + c.wait_hours * y[k]
+        for k, c in enumerate(configs)
     ) + pulp.lpSum(hrs * z[site] for site, (_, hrs) in staged.items())
     hours = pulp.lpSum(h) + extra_hours
     p90_hours = pulp.lpSum(c.p90_factor * h[k] for k, c in enumerate(configs)) + extra_hours
@@ -211,8 +214,9 @@ def solution_of(used: Iterable[tuple[Config, float, bool]], switch_hours: float)
         if (c.stage_usd or c.stage_hours) and c.site not in staged:
             staged.add(c.site)
             stage_h, stage_usd = c.stage_hours, c.stage_usd
-        phases.append(Phase(config=c, hours=h + switch + load_h + stage_h, switch_hours=switch, load_hours=load_h,
-                            stage_hours=stage_h, data_usd=c.data_usd_per_hour * h + stage_usd,
+        phases.append(Phase(config=c, hours=h + switch + load_h + stage_h + c.wait_hours, switch_hours=switch,
+                            load_hours=load_h, stage_hours=stage_h, wait_hours=c.wait_hours,
+                            data_usd=c.data_usd_per_hour * h + stage_usd,
                             checkpoint_usd=c.ckpt_usd_per_hour * h + load_usd))
     return Solution(tuple(phases))
 
@@ -236,7 +240,7 @@ def _may_be_feasible(configs: list[Config], work: float, limits: Limits) -> bool
     # pays at least the convex combination of them, so the condition stays necessary.
     cost = np.array([work * (c.burn + c.egress_per_hour) / c.rate + c.fixed_usd + c.stage_usd + c.start_cost
                      for c in configs])
-    time = np.array([work * c.p90_factor / c.rate + c.stage_hours + c.start_hours for c in configs])
+    time = np.array([work * c.p90_factor / c.rate + c.stage_hours + c.start_hours + c.wait_hours for c in configs])
     deadline = limits.deadline_hours * (1 + 1e-9) if limits.deadline_hours is not None else np.inf
     budget = limits.budget_usd * (1 + 1e-9) if limits.budget_usd is not None else np.inf
     inside = time <= deadline

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner.cluster import cluster_configs
 from planner.errors import JobSpecError, PlannerError
 from planner.job import JobSpec
 from planner.overhead import SpotOverhead, spot_overhead
@@ -63,6 +64,8 @@ class Config:
     start_hours: float = 0.0
     data_usd_per_hour: float = 0.0
     ckpt_usd_per_hour: float = 0.0
+    # A cluster pool's queue: hours before its pods start, paid in time (not node-hours) by the phase.
+    wait_hours: float = 0.0
 
     @property
     def purchase(self) -> str:
@@ -219,6 +222,7 @@ def candidate_configs(
                     else estimate(o, learned=learned))
         configs += builder.configs(pool, o, risk)
     configs += _held_configs(job, work, catalog, today, builder, warnings)
+    configs += cluster_configs(job, work, catalog, builder, warnings)
     considered = len(configs)
     carbon = (objective or job.objective.minimize) == "carbon"
     kept = prune_dominated(configs, carbon=carbon) if prune else configs
@@ -358,7 +362,7 @@ def _prune_staged(configs: list[Config], *, carbon: bool) -> list[Config]:
     def loads(c: Config) -> tuple[float, ...]:
         return (c.entry_usd, c.entry_hours, c.start_usd, c.start_hours)
 
-    plain = [c for c in configs if c.fixed_usd == 0 and c.max_hours is None]
+    plain = [c for c in configs if _plain(c)]
     free = [c for c in plain if not (c.stage_usd or c.stage_hours)]
     staged = [c for c in plain if c.stage_usd or c.stage_hours]
     if not free or not staged:
@@ -374,9 +378,15 @@ def _prune_staged(configs: list[Config], *, carbon: bool) -> list[Config]:
     return [c for c in configs if id(c) not in drop]
 
 
+def _plain(c: Config) -> bool:
+    """Compared by dominance: no one-off charge, no cap on its hours and no queue wait (which
+    the per-unit-of-work criteria cannot see)."""
+    return c.fixed_usd == 0 and c.max_hours is None and not c.wait_hours
+
+
 def _prune_group(configs: list[Config], *, carbon: bool) -> list[Config]:
-    free = [c for c in configs if c.fixed_usd == 0 and c.max_hours is None]
-    rest = [c for c in configs if not (c.fixed_usd == 0 and c.max_hours is None)]
+    free = [c for c in configs if _plain(c)]
+    rest = [c for c in configs if not _plain(c)]
     if len(free) < 2:
         return configs
     m = _criteria(free, carbon)

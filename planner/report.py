@@ -14,8 +14,10 @@ from rich.table import Table
 from rich.text import Text
 
 from danlu import atomic_file
+from planner.cluster import notes as cluster_notes
 from planner.quote import PlanView, Quote
 from planner.relax import Infeasibility
+from planner.tables import Column, fitted_table
 
 
 def price_age(quote: Quote) -> dict[str, Any]:
@@ -29,7 +31,7 @@ def price_age(quote: Quote) -> dict[str, Any]:
     }
 
 
-def plan_json(view: PlanView) -> dict[str, Any]:
+def plan_json(view: PlanView, speed_sources: dict[str, str] | None = None) -> dict[str, Any]:
     """The SPEC's plan object; each phase is its pool's :meth:`Pool.to_dict` with ``nodes``,
     ``hours`` and the phase's figures, so :meth:`Pool.from_dict` reads a phase back."""
     phases = []
@@ -43,8 +45,14 @@ def plan_json(view: PlanView) -> dict[str, Any]:
             "cost_usd": round(p.cost, 2),
             "switch_hours": round(p.switch_hours, 4),
         }
+        if speed_sources is not None:
+            source = speed_sources.get(c.pool.gpu.lower())
+            phase["throughput_source"] = source
+            phase["throughput_estimated"] = bool(source and source.startswith("estimate"))
         if c.fixed_usd:
             phase["term_cost_usd"] = round(c.fixed_usd, 2)
+        if p.wait_hours:
+            phase["queue_wait_hours"] = round(p.wait_hours, 4)
         if p.egress_usd or p.load_hours or p.stage_hours:
             phase["transfer"] = {
                 "data_egress_usd": round(p.data_usd, 2), "checkpoint_egress_usd": round(p.checkpoint_usd, 2),
@@ -89,8 +97,8 @@ def quote_json(quote: Quote) -> dict[str, Any]:
         "job": quote.job.name,
         "status": quote.status,
         "objective": quote.objective,
-        "plan": plan_json(quote.plan) if quote.plan else None,
-        "alternatives": [plan_json(a) for a in quote.alternatives],
+        "plan": plan_json(quote.plan, quote.work.speed_sources) if quote.plan else None,
+        "alternatives": [plan_json(a, quote.work.speed_sources) for a in quote.alternatives],
         "frontier": [{"p90_hours": round(h, 4), "expected_cost_usd": round(c, 2)} for h, c in quote.frontier],
         "infeasible": infeasible_json(quote.infeasible),
         "work": {"unit": quote.work.unit, "amount": quote.work.work},
@@ -103,6 +111,7 @@ def quote_json(quote: Quote) -> dict[str, Any]:
         "solve_seconds": round(quote.solve_seconds, 4),
         "warnings": cands.warnings if cands else [],
         "transfers": transfers_json(quote),
+        "cluster": cluster_notes(quote),
     }
 
 
@@ -126,18 +135,31 @@ def _money(x: float) -> str:
     return f"${x:,.2f}"
 
 
-def _phase_table(view: PlanView, title: str) -> Table:
-    t = Table(title=title, title_justify="left", expand=False)
-    for col in ("#", "instance", "where", "nodes", "purchase", "$/node-h", "hours", "cost"):
-        t.add_column(col, justify="right" if col in {"$/node-h", "hours", "cost", "nodes"} else "left")
+def _phase_table(view: PlanView, title: str, width: int | None) -> Table:
+    # The pool's name (instance and where) is the key: at 80 columns the GPU count wraps under
+    # the instance and the hourly price goes, never a character of the name.
+    one_phase = len(view.solution.phases) == 1
+    columns = [Column("#", drop=1 if one_phase else 0), Column("instance", wrap=True), Column("where"),
+               Column("nodes", "right"),
+               Column("purchase"), Column("$/node-h", "right", drop=1), Column("hours", "right"),
+               Column("cost", "right")]
+    rows = []
     for i, p in enumerate(view.solution.phases, 1):
         c, pool = p.config, p.config.pool
-        t.add_row(
-            str(i), f"{pool.instance_type} ({pool.gpus_per_node}x {pool.gpu})", f"{pool.cloud}:{pool.location}",
-            str(c.nodes), c.purchase,
-            f"{c.hourly_usd:.3f}", f"{p.hours:.2f}", _money(p.cost),
-        )
-    return t
+        rows.append([str(i), escape(f"{pool.instance_type} ({pool.gpus_per_node}x {pool.gpu})"),
+                     escape(f"{pool.cloud}:{pool.location}"), str(c.nodes), c.purchase, f"{c.hourly_usd:.3f}",
+                     f"{p.hours:.2f}", _money(p.cost)])
+    return fitted_table(columns, rows, width=width, title=title, show_edge=False)
+
+
+def estimated_speeds(quote: Quote, view: PlanView) -> dict[str, str]:
+    """GPU -> source, for each GPU of the plan whose throughput is an estimate rather than a measurement."""
+    out = {}
+    for p in view.solution.phases:
+        source = quote.work.speed_sources.get(p.config.pool.gpu.lower(), "")
+        if source.startswith("estimate"):
+            out[p.config.pool.gpu] = source
+    return out
 
 
 def _risk_lines(view: PlanView) -> list[str]:
@@ -207,8 +229,14 @@ def render_quote(quote: Quote, console: Console, top: int) -> None:
         console.print(f"[yellow]warning:[/] {w}")
     if quote.plan is None:
         _render_infeasible(quote.infeasible, console)
+        for note in cluster_notes(quote):
+            console.print(f"[dim]cluster {escape(note['pool'])}:[/] {escape(note['reason'])}")
         return
-    console.print(_phase_table(quote.plan, "Plan"))
+    console.print(_phase_table(quote.plan, "Plan", console.width))
+    for gpu, source in estimated_speeds(quote, quote.plan).items():
+        source = escape(source.removeprefix("estimate: "))
+        console.print(f"[yellow]warning:[/] the plan rests on an estimated {escape(gpu)} throughput ({source}); "
+                      "measure it and give it in \\[workload.throughput] before you rely on the time")
     console.print(_cost_table(quote, quote.plan))
     for line in _risk_lines(quote.plan):
         console.print(f"[dim]risk:[/] {line}")
@@ -218,18 +246,14 @@ def render_quote(quote: Quote, console: Console, top: int) -> None:
             console.print(f"[dim]egress:[/] {escape(line)}")
     reason = why_best(quote)
     if reason:
-        console.print(f"[dim]why:[/] {reason}")
+        console.print(f"[dim]why:[/] {escape(reason)}")
+    for note in cluster_notes(quote):
+        console.print(f"[dim]cluster {escape(note['pool'])}:[/] {escape(note['reason'])}")
     if quote.alternatives:
-        t = Table(title=f"Top {min(top, len(quote.alternatives))} alternatives", title_justify="left")
-        for col in ("#", "main pool", "phases", "expected cost", "P90 cost", "P90 hours"):
-            t.add_column(col, justify="left" if col in {"main pool"} else "right")
-        for i, alt in enumerate(quote.alternatives[:top], 1):
-            main = alt.solution.main_config
-            t.add_row(str(i), main.pool.label(main.nodes), str(len(alt.solution.phases)), _money(alt.expected_cost_usd),
-                      _money(alt.p90_cost_usd), f"{alt.p90_hours:.2f}")
-        console.print(t)
+        console.print(_alternatives_table(quote, top, console.width))
     if len(quote.frontier) > 1:
-        t = Table(title="Cost vs time frontier (cheapest plan per P90 deadline)", title_justify="left")
+        console.print("Cost vs time frontier: the cheapest plan for each P90 deadline")
+        t = Table(title=None)
         t.add_column("P90 hours", justify="right")
         t.add_column("expected cost", justify="right")
         for hours, cost in quote.frontier:
@@ -240,6 +264,22 @@ def render_quote(quote: Quote, console: Console, top: int) -> None:
             f"[dim]{cands.considered} configurations, {cands.pruned} dominated pruned, "
             f"{len(cands.configs)} in the MILP; solved in {quote.solve_seconds * 1000:.0f} ms[/]"
         )
+
+
+def _alternatives_table(quote: Quote, top: int, width: int | None) -> Table:
+    # Carbon is the figure a carbon quote is choosing by, so it stays; otherwise it goes first.
+    carbon = quote.objective == "carbon"
+    columns = [Column("#"), Column("main pool", wrap=True), Column("phases", "right", drop=1),
+               Column("expected cost", "right"), Column("P90 cost", "right", drop=2), Column("P90 hours", "right"),
+               Column("kg CO2e", "right", drop=0 if carbon else 3)]
+    rows = []
+    for i, alt in enumerate(quote.alternatives[:top], 1):
+        main = alt.solution.main_config
+        rows.append([str(i), escape(main.pool.label(main.nodes)), str(len(alt.solution.phases)),
+                     _money(alt.expected_cost_usd), _money(alt.p90_cost_usd), f"{alt.p90_hours:.2f}",
+                     f"{alt.solution.kg_co2e:,.1f}"])
+    return fitted_table(columns, rows, width=width, title=f"Top {min(top, len(quote.alternatives))} alternatives",
+                        show_edge=False)
 
 
 def _render_infeasible(inf: Infeasibility | None, console: Console) -> None:

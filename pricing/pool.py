@@ -22,8 +22,12 @@ from pricing.catalog import HOURS_PER_YEAR, PURCHASE_OPTIONS, Offering
 
 HELD = "reserved_held"
 """Capacity the team already pays for (``[[purchase.held]]``): $0 an hour, recorded all the same."""
+CLUSTER = "cluster"
+"""A team's own Kubernetes cluster (``[[purchase.cluster]]``): its internal price per hour, used first like held capacity."""
+CLUSTER_CLOUD = "kubernetes"
+"""The ``cloud`` of a cluster pool: ``kubernetes:<context>/<namespace>:<name>``."""
 TERM_YEARS = {"reserved_1y": 1, "reserved_3y": 3}
-PURCHASES = (*PURCHASE_OPTIONS, HELD)
+PURCHASES = (*PURCHASE_OPTIONS, HELD, CLUSTER)
 """Every way a pool can be bought."""
 
 

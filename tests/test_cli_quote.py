@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -102,3 +103,50 @@ def test_a_gpu_the_catalog_lacks_exits_2_naming_file_key_and_gpus(tmp_path, sect
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert str(job) in proc.stderr
     assert f"{key}: the catalog has no GPU 'MI300X'; its GPUs are A10, A100, A100-80GB" in proc.stderr
+
+
+CASES = [(e, "cost") for e in EXAMPLES] + [(REPO / "examples" / "gpt-7b-finetune.toml", "carbon")]
+
+
+@pytest.mark.parametrize(("example", "objective"), CASES, ids=lambda c: getattr(c, "stem", c))
+def test_quote_tables_fit_80_columns_and_keep_every_pool_name_whole(example, objective):
+    from rich.console import Console
+
+    from planner.job import load_job
+    from planner.quote import make_quote
+    from planner.report import quote_json, render_quote
+    from pricing.sources import resolve_catalog
+
+    made = make_quote(load_job(example), resolve_catalog(None, use_cache=False), top=3, objective=objective)
+    quote = json.loads(json.dumps(quote_json(made)))
+    console = Console(width=80, record=True, file=io.StringIO())
+    render_quote(made, console, 3)
+    text = console.export_text()
+    assert max(map(len, text.splitlines())) <= 80
+    words = set(text.split())
+
+    def where(phase):
+        return f"{phase['cloud']}:{phase['region']}" + (f"/{phase['zone']}" if phase["zone"] else "")
+
+    for phase in quote["plan"]["phases"]:
+        assert phase["instance_type"] in words and where(phase) in words
+    for alt in quote["alternatives"][:3]:
+        assert any(p["instance_type"] in words and where(p) in words for p in alt["phases"])
+    if objective == "carbon":
+        header = next(line for line in text.splitlines() if "main pool" in line)
+        assert "kg CO2e" in header
+        for alt in quote["alternatives"][:3]:
+            assert f"{alt['kg_co2e']:,.1f}" in text
+    estimated = {p["gpu"] for p in quote["plan"]["phases"] if p["throughput_estimated"]}
+    for gpu in estimated:
+        assert f"estimated {gpu} throughput" in " ".join(text.split())
+    assert ("[workload.throughput]" in text) == bool(estimated)
+
+
+def test_piped_output_takes_its_width_from_COLUMNS(monkeypatch):
+    from planner.cli import output_width
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert output_width() == 80
+    monkeypatch.setenv("COLUMNS", "junk")
+    assert output_width() == 120

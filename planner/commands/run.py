@@ -22,6 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from planner.job import load_job
+from planner.tables import Column, fitted_table
 
 EXIT_NOT_COMPLETED = 1
 
@@ -183,6 +184,10 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         console.print(f"run directory: {run_dir}")
         view = _View(console)
         controller = Controller.open(run_dir, tuning=tuning, on_event=view.event, on_progress=view.progress)
+        view.simulated = controller.state.time_scale != 1
+        if view.simulated:
+            console.print(f"times marked 'sim' are simulated ({controller.state.time_scale:g}x real time); "
+                          "a notice's own times are wall clock")
         main_thread = threading.current_thread() is threading.main_thread()  # where signals can be handled
         previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None  # `planner cancel`
         try:
@@ -239,6 +244,7 @@ class _View:
 
     def __init__(self, console: Console):
         self.console = console
+        self.simulated = False  # a scaled run's event times are simulated: marked, so none reads as wall clock
         self.live = Live(console=console, refresh_per_second=4, transient=True) if console.is_terminal else None
 
     def __enter__(self) -> _View:
@@ -261,6 +267,10 @@ class _View:
         except (KeyError, ValueError):
             text = f"{record['event']}: {record}"
         when = dt.datetime.fromtimestamp(record["t"], dt.UTC).strftime("%H:%M:%S")
+        if self.simulated:
+            when = f"sim {when}"
+            if record["event"] == "notice":
+                text += " [wall clock]"
         self.console.print(f"[dim]{when}[/] {escape(text)}", highlight=False)
 
     def progress(self, p: Any) -> None:
@@ -287,13 +297,11 @@ class _View:
 
 
 def _render_summary(summary: dict[str, Any], console: Console) -> None:
-    table = Table(title=f"{summary['job']}: {summary['status']}", title_justify="left")
-    for col in ("pool", "purchase", "hours", "node-hours", "cost"):
-        table.add_column(col, justify="left" if col in ("pool", "purchase") else "right")
-    for pool in summary["pools"]:
-        table.add_row(pool["pool"], pool["purchase"], f"{pool['hours']:.3f}", f"{pool['node_hours']:.3f}",
-                      f"${pool['cost_usd']:,.4f}")
-    console.print(table)
+    columns = [Column("pool"), Column("purchase"), Column("hours", "right", drop=2),
+               Column("node-hours", "right", drop=1), Column("cost", "right")]
+    rows = [[escape(pool["pool"]), pool["purchase"], f"{pool['hours']:.3f}", f"{pool['node_hours']:.3f}",
+             f"${pool['cost_usd']:,.4f}"] for pool in summary["pools"]]
+    console.print(fitted_table(columns, rows, width=console.width, title=f"{summary['job']}: {summary['status']}"))
     console.print(
         f"work {summary['work_done']:,.0f}/{summary['work_total']:,.0f} {summary['unit']}, "
         f"{summary['preemptions']} preemptions, {summary['replans']} re-plans, {summary['lost_steps']} steps lost, "

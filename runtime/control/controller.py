@@ -263,7 +263,7 @@ class Controller:
 
     def _training_finished(self) -> bool:
         """True when the training has already ended: its last launch said so, or its
-        newest committed checkpoint is the final one."""
+        newest committed checkpoint is the final one or holds all the job's work."""
         last = self.state.launches[-1] if self.state.launches else None
         status = self._status(last.launch_id) if last is not None else None
         if status is not None and status.state == "completed":
@@ -272,7 +272,9 @@ class Controller:
         if latest is None:
             return False
         try:
-            return self.store.read_manifest(latest).reason == "final"
+            # An interval save that landed on the last step is the final one too: no "final" save follows it.
+            return (self.store.read_manifest(latest).reason == "final"
+                    or work_done_units(self.job, self.store) >= self.job.workload.amount)
         except CheckpointError:
             return False
 

@@ -256,7 +256,28 @@ def relative_prices(job: JobSpec, catalog: Catalog, cooling: frozenset[str]) -> 
     return spot, on_demand
 
 
+CLUSTER_TARGET = "cluster"
+"""A decision to re-plan over everything, the team's cluster included (no purchase option narrowed)."""
+
+
 def decide(
+    policy: Policy, *, job: JobSpec, catalog: Catalog, elapsed_hours: float, work_done: float, work_total: float,
+    rate_per_hour: float, cooling: frozenset[str], preempted: str | None, memory: PolicyMemory,
+    tick_hours: float = 1 / 60,
+) -> Decision:
+    """Where to run next: the switching policy's answer, except that a job with a team cluster
+    (``[[purchase.cluster]]``) never idles waiting for spot -- the cluster is there whenever its
+    queue lets it, so the MILP re-plans over it and the cloud at once."""
+    decision = _policy_decision(
+        policy, job=job, catalog=catalog, elapsed_hours=elapsed_hours, work_done=work_done, work_total=work_total,
+        rate_per_hour=rate_per_hour, cooling=cooling, preempted=preempted, memory=memory, tick_hours=tick_hours)
+    if decision.target is None and job.purchase.cluster:
+        return Decision(CLUSTER_TARGET, f"{decision.reason}; but the team's cluster needs no wait: re-plan now",
+                        decision.memory)
+    return decision
+
+
+def _policy_decision(
     policy: Policy, *, job: JobSpec, catalog: Catalog, elapsed_hours: float, work_done: float, work_total: float,
     rate_per_hour: float, cooling: frozenset[str], preempted: str | None, memory: PolicyMemory,
     tick_hours: float = 1 / 60,

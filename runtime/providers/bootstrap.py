@@ -20,13 +20,14 @@ Its output goes where the cloud puts user-data output (cloud-init-output.log, th
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
     "TEMPLATE",
     "config_of",
     "render",
+    "render_indexed",
 ]
 
 TEMPLATE = '''#!/usr/bin/env python3
@@ -37,6 +38,8 @@ import subprocess
 import sys
 
 CONFIG = json.loads(__CONFIG__)
+if "index_env" in CONFIG:  # one script for every pod of an indexed Kubernetes Job: each takes its own node
+    CONFIG.update(CONFIG.pop("nodes")[int(os.environ[CONFIG.pop("index_env")])])
 
 
 def importable(python):
@@ -73,6 +76,18 @@ def render(config: Mapping[str, Any]) -> str:
         if not isinstance(config.get(key), str) or not config[key]:
             raise ValueError(f"bootstrap config needs a non-empty string {key!r}")
     return TEMPLATE.replace("__CONFIG__", repr(json.dumps(dict(config), sort_keys=True)), 1)
+
+
+def render_indexed(config: Mapping[str, Any], nodes: Sequence[Mapping[str, str]], *, index_env: str) -> str:
+    """One script for many nodes: node ``i`` is ``nodes[i]`` (its ``node`` and ``boot``), ``i`` read
+    from the environment variable ``index_env`` (a Kubernetes indexed Job's ``JOB_COMPLETION_INDEX``)."""
+    if not nodes:
+        raise ValueError("an indexed bootstrap needs at least one node")
+    for node in nodes:
+        render({**config, **node})  # every node's config must be one render() accepts
+    entries = [{"node": str(n["node"]), "boot": str(n["boot"])} for n in nodes]
+    full = {**config, "node": entries[0]["node"], "boot": entries[0]["boot"], "nodes": entries, "index_env": index_env}
+    return TEMPLATE.replace("__CONFIG__", repr(json.dumps(full, sort_keys=True)), 1)
 
 
 def config_of(script: str) -> dict[str, Any]:

@@ -208,6 +208,15 @@ class CloudProvider(Provider):
             version = "0.1.0"
         return f"danlu[train,{self.name}]=={version}"
 
+    def boot_problem(self, nodes: Sequence[Node]) -> str | None:
+        """Why booting ``nodes`` cannot succeed (an image the cluster cannot pull, say), checked while
+        waiting for them; None: keep waiting. A message here fails the launch at once."""
+        return None
+
+    def rendezvous_endpoint(self, nodes: Sequence[Node], first: Mapping[str, Any]) -> str:
+        """``host:port`` of the c10d store: node 0's reported address and port (``first`` is its heartbeat)."""
+        return f"{first.get('address')}:{first.get('port')}"
+
     # -- the stage --------------------------------------------------------------------------
     @property
     def stage(self) -> Stage:
@@ -272,6 +281,9 @@ class CloudProvider(Provider):
                     waiting.append(node.id)
             if not waiting:
                 return
+            problem = self.boot_problem(nodes)
+            if problem:
+                raise ProviderError(problem)
             if time.monotonic() >= deadline:
                 errors = [f"{n.id}: {self._get(n).heartbeat.get('error')}" for n in nodes
                           if self._get(n).heartbeat and self._get(n).heartbeat.get("error")]
@@ -291,7 +303,7 @@ class CloudProvider(Provider):
         spec = {
             "launch": launch.launch_id, "argv": list(launch.entrypoint), "nnodes": len(nodes),
             "nproc_per_node": launch.nproc_per_node, "rdzv_id": launch.rdzv_id,
-            "rdzv_endpoint": f"{first.get('address')}:{first.get('port')}",
+            "rdzv_endpoint": self.rendezvous_endpoint(nodes, first),
             "rdzv_timeout_s": launch.rdzv_timeout_s, "shutdown_timeout_s": launch.shutdown_timeout_s,
             # The controller's DANLU_RUN_DIR is its own disk: each node sets a local one.
             "env": {k: v for k, v in launch.env.items() if k != "DANLU_RUN_DIR"},

@@ -15,7 +15,9 @@ Fault knobs (:class:`FakeScript`), each keyed by launch id (``l-1``, ``l-2``, ..
   ``lead_s`` ahead or without one;
 * ``no_capacity``: pools (by id) whose provisioning fails with a capacity error;
 * ``exits``: the workers of a launch exit with this code ``crash_after_s`` into training;
-* ``hang``: the workers of a launch never start training (a hung start-up).
+* ``hang``: the workers of a launch never start training (a hung start-up);
+* ``reclaim_at_final``: a launch whose first node is reclaimed the moment its final
+  checkpoint commits, before the workers can report "completed".
 
 The run's chaos plan (``--chaos``) is carried out as by the local provider: one reclaim
 per training spot launch, announced by the cloud's lead time.
@@ -82,6 +84,7 @@ class FakeScript:
     exits: Mapping[str, int] = field(default_factory=dict)
     crash_after_s: float = 1.0
     hang: frozenset[str] = frozenset()
+    reclaim_at_final: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -262,6 +265,10 @@ class FakeProvider(Provider):
             return
         if state.step >= script.total_steps:
             self._commit(state, state.step, "final", at=until)
+            if state.launch_id in script.reclaim_at_final:
+                state.reclaim_at[state.nodes[0].id] = until
+                state.reclaimed.add(state.nodes[0].id)
+                return
             self._status(state, "completed", at=until)
             state.ended_at, state.exit_code = until, contract.EXIT_COMPLETED
             return

@@ -34,6 +34,7 @@ BUILT_IN = {
     "aws": "runtime.providers.aws:AwsProvider",
     "gcp": "runtime.providers.gcp:GcpProvider",
     "azure": "runtime.providers.azure:AzureProvider",
+    "kubernetes": "runtime.providers.kubernetes:KubernetesProvider",
 }
 """Providers shipped in this package (name -> ``module:Class``), as pyproject.toml registers them."""
 

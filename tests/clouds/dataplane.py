@@ -73,6 +73,7 @@ class Running:
     id: str
     name: str
     user_data: str
+    env: Mapping[str, str] = field(default_factory=dict)  # the pod's own (a Kubernetes JOB_COMPLETION_INDEX)
 
 
 @dataclass
@@ -237,6 +238,7 @@ class DataPlane:
         bin_dir = str(Path(sys.executable).parent)
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("DANLU_", "PYTEST_"))},
+            **instance.env,
             "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
             "PYTHONPATH": repo_pythonpath(), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
             "DANLU_METADATA_URL": server.url, "DANLU_NODE_ADDRESS": "127.0.0.1", "DANLU_NODE_HOME": str(sandbox),

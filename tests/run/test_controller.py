@@ -71,6 +71,16 @@ def test_a_reclaim_without_notice_loses_the_steps_since_the_last_checkpoint(tmp_
     assert run.events("checkpoint_request") == []
 
 
+@pytest.mark.parametrize("every", [70, 50], ids=["final-save", "interval-save-on-the-last-step"])
+def test_a_reclaim_after_the_final_checkpoint_committed_ends_the_run_completed(tmp_path: Path, every: int) -> None:
+    run = start_run(tmp_path, script(reclaim_at_final=frozenset({"l-1"}), checkpoint_every=every))
+    summary = run.run()
+    assert summary["status"] == "completed" and summary["steps"] == 300
+    assert [launch["outcome"] for launch in summary["launches"]] == ["preempted"]
+    assert summary["replans"] == 0 and run.events("replan") == [] and len(run.events("launch")) == 1
+    assert summary["final_checkpoint"].endswith("step-300")
+
+
 def test_a_crash_is_retried_on_the_same_pool(tmp_path: Path) -> None:
     run = start_run(tmp_path, script(exits={"l-1": 3}), max_restarts=1)
     summary = run.run()

@@ -9,6 +9,7 @@ final parameters and optimizer state must be bitwise equal.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -59,8 +60,16 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tenso
     return final_tensors(tmp / "run" / "ckpt")
 
 
-def test_preemptions_of_every_notice_kind_end_bitwise_equal(reference: dict[str, torch.Tensor], tmp_path: Path) -> None:
+def test_preemptions_of_every_notice_kind_end_bitwise_equal(reference: dict[str, torch.Tensor], tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
     rc, summary, events = _run(tmp_path, "--chaos", "at=0s,0s,0s")
+    # At --time-scale 10 every event time is simulated and says so; a notice's own times are wall clock.
+    out = capsys.readouterr().out
+    shown = [line for line in out.splitlines() if re.match(r"(sim )?\d\d:\d\d:\d\d ", line)]
+    assert shown and all(line.startswith("sim ") for line in shown)
+    notices = re.findall(r"notice on .*?(?=\nsim |\Z)", out, flags=re.S)
+    assert len(notices) == 3 and all(n.rstrip().endswith("[wall clock]") for n in notices)
     run_dir = tmp_path / "run"
     assert rc == 0, summary
     assert summary["status"] == "completed" and summary["steps"] == STEPS
