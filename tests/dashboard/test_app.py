@@ -169,3 +169,14 @@ def test_the_command_checks_its_arguments(tmp_path, capsys) -> None:
     assert "no such runs directory" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["dashboard", "--port", "70000"])
+
+
+def test_a_broken_run_is_listed_with_its_reason_and_the_others_still_shown(runs, served) -> None:
+    broken = runs / "torn"
+    broken.mkdir()
+    (broken / "state.json").write_text("{")
+    rows = httpx.get(served.url + "/api/runs", timeout=30).json()
+    assert [r["name"] for r in rows["runs"]] == ["done"]
+    assert rows["broken"][0]["name"] == "torn" and "state.json" in rows["broken"][0]["error"]
+    answer = httpx.get(served.url + "/api/runs/torn", timeout=30)
+    assert answer.status_code == 500 and "state.json" in answer.json()["error"]

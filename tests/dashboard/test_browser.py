@@ -143,3 +143,26 @@ def test_a_run_name_with_html_renders_as_text(tmp_path, page) -> None:
         assert page.evaluate("window.__pwned") is None
     finally:
         served.stop()
+
+
+def test_the_spend_chart_draws_the_budget_and_its_alert_thresholds_when_within_reach(tmp_path, page) -> None:
+    from runtime.control.run_state import load_state, save_state
+    from runtime.dashboard.app import DashboardConfig
+    from runtime.dashboard.server import start_in_thread
+
+    (tmp_path / "runs").mkdir()
+    run_dir = finished_run(tmp_path / "runs", name="near-budget")  # spends $14.64
+    state = load_state(run_dir)
+    state.job = {**state.job, "constraints": {**state.job["constraints"], "budget_usd": 20.0}}
+    save_state(run_dir, state)
+    served = start_in_thread(DashboardConfig(runs_dir=tmp_path / "runs", poll_s=0.5))
+    try:
+        page.goto(served.url + "/runs/near-budget")
+        page.locator("#run-status.completed").wait_for()
+        drawn = page.locator("#spend-chart line[data-threshold]").evaluate_all(
+            "lines => lines.map(l => Number(l.dataset.threshold))")
+        assert drawn == [0.5, 0.8, 1.0]  # the job's [alerts].thresholds (the default), $10, $16 and $20
+        labels = page.locator("#spend-chart text").evaluate_all("texts => texts.map(t => t.textContent)")  # SVG: no innerText
+        assert "budget $20.00" in labels and "80% $16.00" in labels
+    finally:
+        served.stop()
