@@ -71,3 +71,10 @@ def _own_data_dir(tmp_path_factory, monkeypatch):
     interruption rates (pricing/learned.py), and no earlier test's, can change what a test
     sees; child processes inherit it."""
     monkeypatch.setenv("DANLU_DATA_DIR", str(tmp_path_factory.mktemp("danlu-data")))
+
+
+@pytest.fixture(autouse=True)
+def _default_width(monkeypatch):
+    """Piped CLI output is 120 columns unless COLUMNS says otherwise (planner/cli.py), and some
+    runners set it (pytest-xdist's workers say 80): a test asks for a width when it wants one."""
+    monkeypatch.delenv("COLUMNS", raising=False)

@@ -6,6 +6,7 @@ hands gc an in-memory ComputeAPI holding the instances the test puts there.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -139,8 +140,11 @@ def _runs(tmp_path: Path) -> Path:
     return runs
 
 
+@pytest.mark.parametrize("columns", [None, "80"], ids=["120-columns", "80-columns"])
 def test_gc_lists_orphans_with_their_cost_and_deletes_them_on_yes(
-        tmp_path: Path, clouds, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, clouds, capsys: pytest.CaptureFixture[str], monkeypatch, columns) -> None:
+    if columns:
+        monkeypatch.setenv("COLUMNS", columns)
     runs = _runs(tmp_path)
     a, b = clouds["mema"], clouds["memb"]
     a.add("i-ended", "ended", hourly_usd=1.25)
@@ -149,6 +153,16 @@ def test_gc_lists_orphans_with_their_cost_and_deletes_them_on_yes(
 
     assert main(["gc", "--runs-dir", str(runs)]) == 0  # a dry run
     out = capsys.readouterr().out
+    # Only the command to paste may run past the width (it is never broken across lines).
+    assert max(len(line) for line in out.splitlines() if "planner gc --yes" not in line) <= int(columns or 120)
+    for whole in ("i-ended", "i-gone", "i-live", "ended", "deleted-run", "$1.2500"):  # never cut
+        assert re.search(rf"(?<![\w-]){re.escape(whole)}(?![\w-])", out), whole
+    if columns:  # narrow: reasons wrap inside their cells, so only whole names can be checked
+        out = out.replace("\n", " ")
+        assert "orphans cost $1.2500/h (+1 of unknown price)" in " ".join(out.split())
+        assert main(["gc", "--runs-dir", str(runs), "--yes"]) == 0
+        assert a.deleted == ["i-ended"] and b.deleted == ["i-gone"]
+        return
     assert "i-ended" in out and "run ended (completed)" in out and "$1.2500" in out
     assert "i-gone" in out and "run directory gone" in out
     assert "kept: the run is running" in out and "kept 1 instance(s)" in out

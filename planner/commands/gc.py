@@ -18,8 +18,8 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
+from planner.tables import Column, fitted_table
 from runtime.errors import RuntimeFailure
 
 DESCRIPTION = """\
@@ -163,15 +163,17 @@ def _judge(provider: str, instance, runs_dir: Path) -> Found:
 def _print(found: list[Found], console: Console) -> None:
     if not found:
         return
-    table = Table(title="Instances with danlu's tags", title_justify="left")
-    for col in ("cloud", "instance", "state", "run", "why", "$/h"):
-        table.add_column(col, justify="right" if col == "$/h" else "left", overflow="fold")
+    # The instance and its run name what to delete: at 80 columns the reason wraps and the state goes.
+    columns = [Column("cloud"), Column("instance", wrap=True), Column("state", drop=1), Column("run"),
+               Column("why", wrap=True), Column("$/h", "right")]
+    rows, styles = [], []
     for f in found:
         inst = f.instance
         name = inst.name if inst.name == inst.id else f"{inst.name} ({inst.id})"
         price = f"${f.hourly_usd:,.4f}" if f.hourly_usd is not None else "?"
-        table.add_row(escape(f.provider), escape(name), inst.state.value, escape(f.run or "?"), escape(f.why), price,
-                      style=None if f.orphan else "dim")
+        rows.append([escape(f.provider), escape(name), inst.state.value, escape(f.run or "?"), escape(f.why), price])
+        styles.append(None if f.orphan else "dim")
+    table = fitted_table(columns, rows, width=console.width, title="Instances with danlu's tags", row_styles=styles)
     console.print(table)
     priced = [f.hourly_usd for f in found if f.orphan and f.hourly_usd is not None]
     unpriced = sum(1 for f in found if f.orphan and f.hourly_usd is None)

@@ -16,7 +16,8 @@ from tests.dashboard.conftest import DOCS
 from tests.report.builders import finished_run
 from tests.run.helpers import REPO
 
-pytestmark = pytest.mark.ddp
+# One worker for all of them under pytest-xdist (--dist loadgroup): one tracked run, one browser.
+pytestmark = [pytest.mark.ddp, pytest.mark.xdist_group("dashboard-run")]
 
 
 def _money(text: str) -> float:

@@ -16,7 +16,8 @@ from runtime.tracking.launch import run_key
 from runtime.tracking.wandb_backend import wandb_run_id
 from tests.dashboard import wandb_records
 
-pytestmark = pytest.mark.ddp
+# One worker for all of them under pytest-xdist (--dist loadgroup): one tracked run, one browser.
+pytestmark = [pytest.mark.ddp, pytest.mark.xdist_group("dashboard-run")]
 
 
 @pytest.fixture(scope="module")
