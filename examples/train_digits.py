@@ -101,8 +101,10 @@ def main() -> None:
         for images, labels in s.batches():
             with s.autocast():
                 loss = nn.functional.cross_entropy(s.model(images), labels)
-            if s.step(loss) and s.rank == 0 and s.global_step % args.log_every == 0:
-                print(f"step {s.global_step:5d}  loss {s.loss:.4f}", flush=True)
+            if s.step(loss) and s.global_step % args.log_every == 0:
+                s.log({"lr": scheduler.get_last_lr()[0]})  # to the job's [tracking], beside danlu's spend
+                if s.rank == 0:
+                    print(f"step {s.global_step:5d}  loss {s.loss:.4f}", flush=True)
     if s.rank == 0:
         result = {
             "steps": s.global_step,

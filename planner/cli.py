@@ -24,8 +24,8 @@ from runtime.errors import RuntimeFailure
 
 # Sub-commands in the order --help lists them; imported lazily so `planner quote`
 # never pays for torch or the cloud SDKs.
-COMMANDS = ("quote", "run", "status", "logs", "cancel", "report", "alerts", "gc", "prices", "bench", "simulate",
-            "capacity")
+COMMANDS = ("quote", "run", "status", "logs", "cancel", "report", "dashboard", "alerts", "gc", "prices", "bench",
+            "simulate", "capacity")
 
 EXIT_OK = 0
 EXIT_FAILURE = 1

@@ -26,6 +26,7 @@ from pydantic import (
 
 from planner.cluster_spec import ClusterPool
 from planner.errors import JobSpecError
+from planner.job_tracking import Tracking
 from pricing.catalog import PURCHASE_OPTIONS
 from pricing.egress import DEFAULT_TRANSFER_GBPS, LocationError, Site, parse_site
 
@@ -303,6 +304,7 @@ class JobSpec(_Section):
     run: Run = Run()
     alerts: Alerts = Alerts()
     data: Data | None = None
+    tracking: Tracking = Tracking()  # experiment trackers the session logs to (planner/job_tracking.py)
 
 
 def load_job(path: str | Path) -> JobSpec:
@@ -396,7 +398,7 @@ def _describe(error: dict[str, Any], raw: dict[str, Any]) -> str:
         return f"{key}: required key is missing"
     msg = error["msg"].removeprefix("Value error, ")
     given = error.get("input")
-    secret = key.startswith("alerts.smtp_url")  # may hold a password: never echoed
+    secret = key.startswith(("alerts.smtp_url", "tracking.mlflow.tracking_uri"))  # may hold a password: never echoed
     shown = "" if isinstance(given, dict) or given is None or secret else f" (got {_shown(given)})"
     if key.endswith(("workload", "purchase", "alerts", "run", "data")) and kind == "value_error":
         return f"{key}: {msg}"

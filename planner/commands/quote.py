@@ -48,21 +48,12 @@ def _count(text: str) -> int:
 def handle(args: argparse.Namespace, console: Console) -> int:
     # Imported here: `planner --help` must not pay for the optimizer (PuLP, HiGHS, numpy).
     from planner.job import load_job
-    from planner.pools import check_gpu_names
-    from planner.quote import make_quote
-    from planner.report import plot_frontier, price_age, quote_json, render_quote
-    from pricing.sources import resolve_catalog
+    from planner.quote_service import quote_job
+    from planner.report import plot_frontier, quote_json, render_quote
 
     job = load_job(args.job)
-    catalog = resolve_catalog(args.catalog, use_cache=not args.no_cache)
-    check_gpu_names(job, catalog, source=args.job)
-    quote = make_quote(job, catalog, top=args.top, objective=args.objective)
-    age = price_age(quote)["age_days"]
-    if age is not None:
-        if age > args.max_price_age and quote.candidates is not None:
-            quote.candidates.warnings.append(
-                f"prices are {age} days old (older than {args.max_price_age:g}); run `planner prices refresh`"
-            )
+    quote = quote_job(job, source=args.job, catalog=args.catalog, use_cache=not args.no_cache, top=args.top,
+                      objective=args.objective, max_price_age_days=args.max_price_age)
     if args.plot:
         plot_frontier(quote, args.plot)
     if args.json:
@@ -72,4 +63,3 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         if args.plot:
             console.print(f"[dim]frontier plot written to {args.plot}[/]")
     return 0 if quote.plan else EXIT_INFEASIBLE
-

@@ -88,6 +88,10 @@ from runtime.providers.base import (
     ProviderError,
 )
 from runtime.providers.notices import INTERRUPTION, Notice
+from runtime.tracking import final as tracking_final
+from runtime.tracking import setup as tracking_setup
+from runtime.tracking.launch import launch_env as tracking_env
+from runtime.tracking.meter import Meter, write_meter
 from runtime.training import contract
 from runtime.training.store import CheckpointStore
 
@@ -235,6 +239,7 @@ class Controller:
         with the error as its cause before it propagates: no error leaves it "running".
         """
         try:
+            self._prepare_tracking()
             if self.state.current is not None:
                 self._recover()
             if self.state.status == "running" and self._training_finished():
@@ -336,6 +341,7 @@ class Controller:
             error = error or exc
         summary = build_summary(self.state, self.job, self.ledger, self.store)
         write_summary(self.run_dir, summary)
+        self._publish_tracking()
         self.outbox.flush(timeout_s=10)
         self.outbox.close()
         self.ledger.disconnect()
@@ -343,6 +349,20 @@ class Controller:
         if error is not None:
             raise error
         return summary
+
+    def _prepare_tracking(self) -> None:
+        """Ready the trackers' shared stores before any node starts (runtime.tracking.setup)."""
+        for problem in tracking_setup.prepare_trackers(self.run_dir, self.job, cwd=self.state.cwd):
+            self.events.emit("tracking_problem", message=problem)
+
+    def _publish_tracking(self) -> None:
+        """The run report into the job's trackers; a tracker's failure is an event, never the run's."""
+        try:
+            problems = tracking_final.publish_report(self.run_dir, self.job, cwd=self.state.cwd)
+        except Exception as exc:  # noqa: BLE001 -- the report could not even be built: say so, the run has ended anyway
+            problems = [f"the run report could not be published ({type(exc).__name__}: {exc})"]
+        for problem in problems:
+            self.events.emit("tracking_problem", message=problem)
 
     def _finish(self, status: str, cause: str | None = None) -> None:
         self.state.steps = max(self.state.steps, self.store.latest_step() or 0)  # the step really reached
@@ -523,7 +543,8 @@ class Controller:
         )
         return LaunchSpec(
             launch_id=launch_id, entrypoint=tuple(self.job.run.entrypoint), nproc_per_node=self.job.run.nproc_per_node,
-            rdzv_id=rdzv_id, env=terms.to_env(), cwd=self.state.cwd, log_dir=self.run_dir / "launches" / launch_id,
+            rdzv_id=rdzv_id, env={**terms.to_env(), **tracking_env(self.job, self.run_dir)}, cwd=self.state.cwd,
+            log_dir=self.run_dir / "launches" / launch_id,
             rdzv_timeout_s=self.tuning.rdzv_timeout_s, shutdown_timeout_s=self.tuning.shutdown_timeout_s,
         )
 
@@ -630,6 +651,8 @@ class Controller:
             self.ledger.extend(IntervalKey(record.launch_id, node.id), until=now)
         fc = self._forecast()
         alerts.dispatch(self.alert_policy, self.ledger, self.outbox, fc, now=now)
+        if self.job.tracking.enabled:
+            self._write_meter(record, fc, now)
         if self.on_progress is not None:
             self.on_progress(self._progress(record, fc))
         budget = self.job.constraints.budget_usd
@@ -648,6 +671,20 @@ class Controller:
             self.events.emit("budget_cap", reason=cap.reason, spent_usd=round(snap.total_usd, 4),
                              reserve_usd=round(cap.reserve_usd, 4), measured=cap.measured)
         return cap
+
+    def _write_meter(self, record: LaunchRecord, fc: forecast.Forecast | None, now: float) -> None:
+        """The spend figures for the session's trackers (runtime.tracking.meter); never fails the run."""
+        snap = self.ledger.snapshot(now=now)
+        pool = record.pool
+        try:
+            write_meter(self.work_dir, Meter(
+                t=now, spent_usd=snap.total_usd, burn_usd_per_hour=snap.burn_usd_per_hour,
+                forecast_usd=fc.total_usd if fc else None, budget_usd=self.job.constraints.budget_usd,
+                preemptions=self.state.preemptions, replans=self.state.replans, lost_steps=self.state.lost_steps,
+                launch=record.launch_id, pool=record.label(), purchase=pool.purchase, cloud=pool.cloud,
+                region=pool.region, instance_type=pool.instance_type))
+        except OSError as exc:
+            log.warning("could not write the trackers' meter: %s", exc)
 
     def _forecast(self) -> forecast.Forecast | None:
         now = self.clock.now()

@@ -15,7 +15,8 @@ Kinds: ``run_started``, ``run_resumed``, ``plan``, ``decision``, ``replan``,
 ``deadline_miss`` (only a late plan is left: ``action`` continue or stop), ``node_up``,
 ``node_down``, ``provision_failed`` (no capacity), ``launch``, ``training``, ``chaos``,
 ``notice``, ``checkpoint_request``, ``launch_end``, ``throughput``, ``preemption``,
-``failure``, ``budget_cap``, ``recovered``, ``run_end``.
+``failure``, ``budget_cap``, ``recovered``, ``run_end``, ``tracking_problem`` (a tracker could not
+take the run report; the run's end is unchanged).
 """
 
 from __future__ import annotations

@@ -423,6 +423,7 @@ _SHOWN = {
     "budget_cap": "budget cap: {reason}",
     "recovered": "recovered after a controller restart (released {stale_nodes})",
     "run_end": "ended: {status}",
+    "tracking_problem": "tracking: {message}",
 }
 
 

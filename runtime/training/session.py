@@ -25,7 +25,9 @@ What the session does around that loop:
   scaler, step, sample cursor and ``extras``;
 * checkpoints asynchronously at the Young/Daly interval (or every N steps), on a
   ``checkpoint`` request, on SIGTERM or a ``stop`` request -- after which it raises
-  :class:`~runtime.training.preemption.Preempted` (exit code 75) -- and when the loop ends.
+  :class:`~runtime.training.preemption.Preempted` (exit code 75) -- and when the loop ends;
+* with ``[tracking]`` in the job, logs the loss, the user's ``s.log({...})`` metrics and danlu's
+  spend figures to MLflow, W&B and TensorBoard from rank 0 (:mod:`runtime.tracking`).
 
 The controller configures it through the environment (:mod:`runtime.training.contract`).
 """
@@ -33,6 +35,7 @@ The controller configures it through the environment (:mod:`runtime.training.con
 from __future__ import annotations
 
 import logging
+import os
 import random
 import sys
 import time
@@ -146,6 +149,7 @@ class Session:
         self.resume_problems: tuple[str, ...] = ()
         self._observed = 0
         self._entered = False
+        self._tracking: Any = None
 
     # -- lifecycle ----------------------------------------------------------------------
     def __enter__(self) -> Session:
@@ -186,6 +190,7 @@ class Session:
         self._save_error: str | None = None
         if ctx.rank == 0:
             self._write_status("running", reason=None)
+            self._tracking = _open_tracking(self.run_dir, self.resumed_from)
         self._signals = StopSignals()
         self._signals.install()
         self._control = ControlWatcher(self.run_dir / contract.CONTROL_FILE, ignore_ids=ignore_ids)
@@ -229,7 +234,12 @@ class Session:
             try:
                 self._checkpointer.close()
             finally:
-                distributed.shutdown(self._ctx)
+                try:
+                    if self._tracking is not None:
+                        # After the checkpoint: a tracker never delays what a resume needs.
+                        self._tracking.close(timeout_s=30.0 if exc_type is None else 10.0)
+                finally:
+                    distributed.shutdown(self._ctx)
 
     def _finish(self) -> None:
         if self._stopping is not None and self.global_step < self.max_steps:
@@ -320,6 +330,19 @@ class Session:
         self._boundary()
         return True
 
+    def log(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        """Log the user's ``metrics`` (name -> number) at ``step`` (default: the current step) to the
+        job's trackers, beside danlu's spend figures at that step. Rank 0 logs; other ranks'
+        calls are checked and dropped. Without ``[tracking]`` it does nothing."""
+        values = {}
+        for name, value in metrics.items():
+            try:
+                values[str(name)] = float(value)
+            except (TypeError, ValueError):
+                raise SessionConfigError(f"s.log(): metric {name!r} is {value!r}, not a number.") from None
+        if self._tracking is not None:
+            self._tracking.log(self.global_step if step is None else int(step), values)
+
     def request_checkpoint(self) -> None:
         """Save at the next step boundary (all ranks follow, whichever rank asked)."""
         self._manual_request = True
@@ -342,6 +365,8 @@ class Session:
             save_failed=self._save_error is not None,
         )
         self.loss = agreed.loss
+        if self._tracking is not None:
+            self._tracking.on_step(self.global_step, self.loss)
         if agreed.save_failed:
             # Every later save would fail the same way (read-only, full, a path too long):
             # training on would only lose the work at the end.
@@ -504,6 +529,17 @@ class Session:
                 problems=self.resume_problems,
             ),
         )
+
+
+def _open_tracking(run_dir: Path, resumed_from: int | None) -> Any:
+    """The trackers the controller named (``DANLU_TRACKING``), started in the background; else None."""
+    from runtime.tracking import ENV_TRACKING
+
+    if not os.environ.get(ENV_TRACKING):
+        return None  # no import at all for the runs that track nothing
+    from runtime.tracking.session_hook import open_for_session
+
+    return open_for_session(run_dir, resumed_step=resumed_from)
 
 
 def _is_stateful(value: Any) -> bool:
