@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_USAGE
-    from rich.console import Console  # after parsing: --help and --version never pay for rich
+    # After parsing: --help and --version never pay for rich.
+    from rich.console import Console
     from rich.markup import escape
 
     # Piped output keeps a readable table width instead of rich's 80-column fallback.

@@ -249,21 +249,27 @@ class _Builder:
 
     def configs(self, pool: Pool, offering: Offering, risk: RiskEstimate | None, *, max_nodes: int | None = None):
         out = []
+        # Per pool, not per node count: a 128-node quote builds 50,000 configurations.
+        kg = self.carbon(offering)
+        estimated = kg is None
+        if kg is None:
+            kg = offering.gpus_per_node * 0.4 * FALLBACK_KG_PER_KWH  # 400 W per GPU when the power is unknown too
+        memory = self.work.memory
         for n in range(1, min(self.max_nodes, max_nodes or 10**9) + 1):
             if n * pool.gpus_per_node > self.max_gpus:
                 break
-            cfg = self._config(pool, offering, n, risk)
+            if memory is not None and not memory.fits(n * pool.gpus_per_node, pool.gpus_per_node,
+                                                      offering.gpu_memory_gb):
+                continue  # too few GPUs to shard the model states over (or TP does not divide the node)
+            cfg = self._config(pool, offering, n, risk, kg, estimated)
             if cfg is not None:
                 out.append(cfg)
         return out
 
-    def _config(self, pool: Pool, o: Offering, n: int, estimated_risk: RiskEstimate | None) -> Config | None:
+    def _config(self, pool: Pool, o: Offering, n: int, estimated_risk: RiskEstimate | None, kg: float,
+                estimated: bool) -> Config | None:
         job, work = self.job, self.work
         raw = work.rate(pool.gpu, n * pool.gpus_per_node)
-        kg = self.carbon(o)
-        estimated = kg is None
-        if kg is None:
-            kg = o.gpus_per_node * 0.4 * FALLBACK_KG_PER_KWH  # 400 W per GPU when the power is unknown too
         ckpt_h = job.workload.checkpoint_gb / (job.overheads.checkpoint_write_gbps * n) / 3600.0
         site = Site(pool.cloud, pool.region)
         t = self.transfers

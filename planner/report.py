@@ -62,7 +62,7 @@ def plan_json(view: PlanView) -> dict[str, Any]:
                 ),
             }
         phases.append(phase)
-    return {
+    out = {
         "expected_cost_usd": round(view.expected_cost_usd, 2),
         "expected_hours": round(view.expected_hours, 4),
         "p90_cost_usd": round(view.p90_cost_usd, 2),
@@ -71,6 +71,9 @@ def plan_json(view: PlanView) -> dict[str, Any]:
         "cost_lines": [{"label": line.label, "usd": round(line.usd, 2)} for line in view.lines],
         "phases": phases,
     }
+    if view.note:
+        out["note"] = view.note
+    return out
 
 
 def infeasible_json(inf: Infeasibility | None) -> dict[str, Any] | None:
@@ -93,6 +96,8 @@ def quote_json(quote: Quote) -> dict[str, Any]:
         "alternatives": [plan_json(a) for a in quote.alternatives],
         "frontier": [{"p90_hours": round(h, 4), "expected_cost_usd": round(c, 2)} for h, c in quote.frontier],
         "infeasible": infeasible_json(quote.infeasible),
+        "tolerance": quote.tolerance,
+        "exact_optimum": plan_json(quote.exact) if quote.exact else None,
         "work": {"unit": quote.work.unit, "amount": quote.work.work},
         "prices": price_age(quote),
         "candidates": {
@@ -216,6 +221,9 @@ def render_quote(quote: Quote, console: Console, top: int) -> None:
     if transfers is not None and transfers.active:
         for line in transfers.sources():
             console.print(f"[dim]egress:[/] {escape(line)}")
+    if quote.exact is not None:
+        console.print(f"[dim]simpler:[/] {escape(quote.exact.note)}: {_money(quote.exact.expected_cost_usd)}, "
+                      f"{len(quote.exact.solution.phases)} phase(s), {quote.exact.p90_hours:.2f} h at P90")
     reason = why_best(quote)
     if reason:
         console.print(f"[dim]why:[/] {reason}")
