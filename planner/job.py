@@ -167,6 +167,14 @@ class Overheads(_Section):
 
     restart_minutes: float = Field(default=10.0, ge=0, le=10_080, description="provision + load + warm-up after a loss")
     checkpoint_write_gbps: float = Field(default=1.0, ge=1e-3, le=1e4, description="per-node checkpoint write bandwidth")
+    capacity_wait_minutes: float | None = Field(
+        default=None, ge=0, le=10_080,
+        description="how long a spot launch waits for capacity before re-planning elsewhere (default restart_minutes)")
+
+    @property
+    def capacity_patience_hours(self) -> float:
+        minutes = self.restart_minutes if self.capacity_wait_minutes is None else self.capacity_wait_minutes
+        return minutes / 60.0
 
 
 class Data(_Section):

@@ -62,10 +62,12 @@ class Phase:
     stage_hours: float = 0.0  # copying the dataset into this phase's region first (no nodes yet)
     data_usd: float = 0.0  # data egress: the staging copy, or streamed reads
     checkpoint_usd: float = 0.0  # checkpoint egress: the load on entry and the reloads after preemptions
+    wait_hours: float = 0.0  # expected wait for spot capacity, at launch and after losses (no nodes billed)
+    wait_p90_hours: float = 0.0
 
     @property
     def billed_hours(self) -> float:
-        return self.hours - self.stage_hours
+        return self.hours - self.stage_hours - self.wait_hours
 
     @property
     def cost(self) -> float:
@@ -73,7 +75,7 @@ class Phase:
 
     @property
     def work_hours(self) -> float:
-        return self.hours - self.switch_hours - self.load_hours - self.stage_hours
+        return self.hours - self.switch_hours - self.load_hours - self.stage_hours - self.wait_hours
 
     @property
     def egress_usd(self) -> float:
@@ -94,7 +96,8 @@ class Solution:
 
     @property
     def p90_hours(self) -> float:
-        return sum(p.work_hours * p.config.p90_factor + p.hours - p.work_hours for p in self.phases)
+        return sum(p.work_hours * p.config.p90_factor + p.hours - p.work_hours - p.wait_hours + p.wait_p90_hours
+                   for p in self.phases)
 
     @property
     def kg_co2e(self) -> float:
@@ -179,8 +182,13 @@ class PlanModel:
         extra_hours = pulp.lpSum(
             (R + c.entry_hours) * (y[k] - f[k]) + c.start_hours * f[k] for k, c in enumerate(configs)
         ) + pulp.lpSum(hrs * z[site] for site, (_, hrs) in staged.items())
-        hours = pulp.lpSum(h) + extra_hours
-        p90_hours = pulp.lpSum(c.p90_factor * h[k] for k, c in enumerate(configs)) + extra_hours
+        # Waits for spot capacity: unbilled time, once per phase at its launch and after each loss.
+        waits = pulp.lpSum(c.wait_per_hour * h[k] + c.launch_wait_hours * y[k]
+                           for k, c in enumerate(configs) if c.wait_per_hour or c.launch_wait_hours)
+        waits_p90 = pulp.lpSum(c.wait_p90_per_hour * h[k] + c.launch_wait_p90_hours * y[k]
+                               for k, c in enumerate(configs) if c.wait_p90_per_hour or c.launch_wait_p90_hours)
+        hours = pulp.lpSum(h) + extra_hours + waits
+        p90_hours = pulp.lpSum(c.p90_factor * h[k] for k, c in enumerate(configs)) + extra_hours + waits_p90
         carbon = pulp.lpSum(c.kg_per_hour * (h[k] + (R + c.entry_hours) * (y[k] - f[k]) + c.start_hours * f[k])
                             for k, c in enumerate(configs))
         # "simple": what a person reads as a simpler plan, in strict order (the weights keep
@@ -259,7 +267,7 @@ class PlanModel:
         # HiGHS a search over staging sites no plan can use: seconds for a 3 TB dataset elsewhere).
         banned = [k for k, c in enumerate(self.configs)
                   if any(c.family in fam for fam in exclude_families)
-                  or (deadline is not None and c.stage_hours + c.start_hours > deadline)]
+                  or (deadline is not None and c.stage_hours + c.start_hours + c.launch_wait_p90_hours > deadline)]
         if self._highs is not None:
             values = self._highs.solve(objective, bounds=bounds, banned=banned,
                                        start=self._best, gap=gap, cost_weight=cost_weight)
@@ -427,9 +435,11 @@ def solution_of(used: Iterable[tuple[Config, float, bool]], switch_hours: float)
         if (c.stage_usd or c.stage_hours) and c.site not in staged:
             staged.add(c.site)
             stage_h, stage_usd = c.stage_hours, c.stage_usd
-        phases.append(Phase(config=c, hours=h + switch + load_h + stage_h, switch_hours=switch, load_hours=load_h,
-                            stage_hours=stage_h, data_usd=c.data_usd_per_hour * h + stage_usd,
-                            checkpoint_usd=c.ckpt_usd_per_hour * h + load_usd))
+        wait = c.wait_per_hour * h + c.launch_wait_hours
+        phases.append(Phase(config=c, hours=h + switch + load_h + stage_h + wait, switch_hours=switch,
+                            load_hours=load_h, stage_hours=stage_h, data_usd=c.data_usd_per_hour * h + stage_usd,
+                            checkpoint_usd=c.ckpt_usd_per_hour * h + load_usd, wait_hours=wait,
+                            wait_p90_hours=c.wait_p90_per_hour * h + c.launch_wait_p90_hours))
     return Solution(tuple(phases))
 
 
@@ -452,7 +462,8 @@ def may_be_feasible(configs: list[Config], work: float, limits: Limits) -> bool:
     # pays at least the convex combination of them, so the condition stays necessary.
     cost = np.array([work * (c.burn + c.egress_per_hour) / c.rate + c.fixed_usd + c.stage_usd + c.start_cost
                      for c in configs])
-    time = np.array([work * c.p90_factor / c.rate + c.stage_hours + c.start_hours for c in configs])
+    time = np.array([work * (c.p90_factor + c.wait_p90_per_hour) / c.rate + c.stage_hours + c.start_hours
+                     + c.launch_wait_p90_hours for c in configs])
     deadline = limits.deadline_hours * (1 + 1e-9) if limits.deadline_hours is not None else np.inf
     budget = limits.budget_usd * (1 + 1e-9) if limits.budget_usd is not None else np.inf
     inside = time <= deadline

@@ -29,6 +29,7 @@ from pricing.clouds import notice_lead_s
 from pricing.egress import Site
 from pricing.pool import Pool
 from pricing.risk import RiskEstimate, estimate
+from pricing.spot_model import CapacityWait, capacity_wait
 
 FALLBACK_KG_PER_KWH = 0.475
 """World-average grid intensity (IEA 2019 figure used by Cloud Carbon Footprint docs) for regions we have no factor for."""
@@ -63,6 +64,13 @@ class Config:
     start_hours: float = 0.0
     data_usd_per_hour: float = 0.0
     ckpt_usd_per_hour: float = 0.0
+    # Spot capacity waits (pricing.spot_model), unbilled: at the phase's launch (expected, P90) and
+    # after its losses, per billed wall hour (expected, P90 over the whole job on this configuration).
+    launch_wait_hours: float = 0.0
+    launch_wait_p90_hours: float = 0.0
+    wait_per_hour: float = 0.0
+    wait_p90_per_hour: float = 0.0
+    capacity: CapacityWait | None = None
 
     @property
     def purchase(self) -> str:
@@ -292,6 +300,17 @@ class _Builder:
                 return None
             wall, p90 = overhead.wall_factor, overhead.p90_factor / overhead.wall_factor
         rate = raw / wall
+        waits = {}
+        if overhead is not None:
+            cw = capacity_wait(o)
+            patience = job.overheads.capacity_patience_hours
+            launch, launch_p90 = cw.launch(patience)
+            whole = work.work / rate  # billed wall hours of the whole job on this configuration
+            losses = risk * n  # per billed wall hour
+            loss_mean, loss_p90 = cw.after_losses(losses * whole, patience)
+            waits = dict(launch_wait_hours=launch, launch_wait_p90_hours=launch_p90,
+                         wait_per_hour=loss_mean / whole if whole else 0.0,
+                         wait_p90_per_hour=loss_p90 / whole if whole else 0.0, capacity=cw)
         # Streamed reads are paid per unit of work done here; each expected restart reloads the checkpoint,
         # and every checkpoint written to a store in another region or cloud leaves this one.
         data_ph = t.stream_usd_per_gb_total(site) * rate / work.work if work.work > 0 else 0.0
@@ -303,7 +322,7 @@ class _Builder:
                       as_of=o.as_of, overhead=overhead, carbon_estimated=estimated, risk=estimated_risk,
                       stage_usd=stage_usd, stage_hours=stage_h, entry_usd=load_usd, entry_hours=load_h,
                       start_usd=load_usd if t.resume else 0.0, start_hours=load_h if t.resume else 0.0,
-                      data_usd_per_hour=data_ph, ckpt_usd_per_hour=ckpt_ph)
+                      data_usd_per_hour=data_ph, ckpt_usd_per_hour=ckpt_ph, **waits)
 
 
 def _held_configs(job, work, catalog, today, builder: _Builder, warnings) -> list[Config]:
@@ -347,9 +366,12 @@ def prune_dominated(configs: list[Config], *, carbon: bool = False) -> list[Conf
 def _criteria(configs: list[Config], carbon: bool) -> np.ndarray:
     cols = [
         [(c.burn + c.egress_per_hour) / c.rate for c in configs],
-        [c.p90_factor / c.rate for c in configs],
-        [1.0 / c.rate for c in configs],
+        [(c.p90_factor + c.wait_p90_per_hour) / c.rate for c in configs],
+        [(1.0 + c.wait_per_hour) / c.rate for c in configs],
         [c.burn for c in configs],
+        # once per phase: the wait for capacity at its launch
+        [c.launch_wait_hours for c in configs],
+        [c.launch_wait_p90_hours for c in configs],
     ]
     if carbon:
         cols.append([c.kg_per_hour / c.rate for c in configs])

@@ -61,6 +61,12 @@ def plan_json(view: PlanView) -> dict[str, Any]:
                     round(c.overhead.interval_hours * 60, 2) if c.overhead.interval_hours != float("inf") else None
                 ),
             }
+        if c.capacity is not None:
+            phase["capacity_wait"] = {
+                "expected_hours": round(p.wait_hours, 4), "p90_hours": round(p.wait_p90_hours, 4),
+                "at_launch_hours": round(c.launch_wait_hours, 4), "source": c.capacity.source,
+                "is_default": c.capacity.default,
+            }
         phases.append(phase)
     out = {
         "expected_cost_usd": round(view.expected_cost_usd, 2),
@@ -217,6 +223,12 @@ def render_quote(quote: Quote, console: Console, top: int) -> None:
     console.print(_cost_table(quote, quote.plan))
     for line in _risk_lines(quote.plan):
         console.print(f"[dim]risk:[/] {line}")
+    for i, p in enumerate(quote.plan.solution.phases, 1):
+        cw = p.config.capacity
+        if cw is not None:
+            console.print(f"[dim]capacity:[/] phase {i}: {p.wait_hours:.2f} h expected waiting for spot capacity "
+                          f"(P90 {p.wait_p90_hours:.2f} h; at launch and after each loss, unbilled, in the times "
+                          f"above); outages: {escape(cw.source)}")
     transfers = quote.candidates.transfers if quote.candidates else None
     if transfers is not None and transfers.active:
         for line in transfers.sources():

@@ -24,6 +24,7 @@ from planner.simulate import (
     TickGrid,
     require_feasible,
     simulate_policies,
+    spot_models,
     tick_grid,
 )
 from pricing.traces import MultiPoolTrace, read_traces
@@ -169,6 +170,7 @@ def _payload(
             "gap_seconds": trace.gap_seconds,
             "start_tick": start,
             "sources": [str(s) for s in trace.sources],
+            "spot_models": spot_models(trace),  # as the quote reads these traces (pricing.spot_model)
         },
         "model": {**dataclasses.asdict(model), "effective_restart_hours": grid.overhead_hours},
         "home_pool": home,
