@@ -114,6 +114,8 @@ def simplest_within(model: PlanModel, best: Solution, objective: str, tolerance:
     None when none is simpler than ``best``.  The MILP minimises phases, clouds and nodes (in that
     order) with the objective capped, and the cost as the last tie-break."""
     row, attribute = OBJECTIVE_VALUE[objective]
+    if getattr(best, attribute) <= 0:  # a free optimum (held capacity): a tolerance of it is no room at all
+        return None
     cap = getattr(best, attribute) * (1 + tolerance)
     weight = 0.5 / (best.cost * (1 + tolerance)) if best.cost > 0 else 0.0  # < one node: only a tie-break
     simple = model.solve("simple", caps={row: cap}, cost_weight=weight, gap=1e-9)

@@ -100,7 +100,9 @@ def quote_json(quote: Quote) -> dict[str, Any]:
         "objective": quote.objective,
         "plan": plan_json(quote.plan) if quote.plan else None,
         "alternatives": [plan_json(a) for a in quote.alternatives],
-        "frontier": [{"p90_hours": round(h, 4), "expected_cost_usd": round(c, 2)} for h, c in quote.frontier],
+        "frontier": [{"p90_hours": round(h, 4), "expected_cost_usd": round(c, 2),
+                      **({"optimality_gap": round(quote.frontier_gaps[h], 6)} if h in quote.frontier_gaps else {})}
+                     for h, c in quote.frontier],
         "infeasible": infeasible_json(quote.infeasible),
         "tolerance": quote.tolerance,
         "exact_optimum": plan_json(quote.exact) if quote.exact else None,
