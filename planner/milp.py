@@ -199,7 +199,8 @@ class PlanModel:
         simple = (node_weight * (len(clouds) + 1) * pulp.lpSum(y)
                   + node_weight * pulp.lpSum(v.values()) + node_total)
         objectives = {
-            "cost": cost, "time": hours + TIE_BREAK * cost, "p90_time": p90_hours + TIE_BREAK * cost,
+            # ties in cost (free held capacity, equal prices) go to the faster plan
+            "cost": cost + TIE_BREAK * hours, "time": hours + TIE_BREAK * cost, "p90_time": p90_hours + TIE_BREAK * cost,
             "carbon": carbon + TIE_BREAK * cost, "simple": simple,
         }
 
