@@ -4,6 +4,12 @@ Each sub-command lives in ``planner/commands/<name>.py`` and exposes
 ``add_parser(subparsers)`` and ``handle(args, console) -> int``.  Handlers raise the
 packages' own exceptions; this module catches them once, prints one clear message and
 exits 2, so a user never sees a traceback for bad input.
+
+Start-up is lazy: ``planner --version`` and ``planner --help`` import no sub-command
+(the top-level help lists :data:`SUMMARIES`), and ``planner quote ...`` imports only
+``planner.commands.quote``; rich is imported after parsing.  Every sub-command imports
+pydantic, numpy or the optimizer only inside its handler or its own module, so a
+command never pays for another's dependencies (``bench/quote.py`` measures it).
 """
 
 from __future__ import annotations
@@ -12,9 +18,6 @@ import argparse
 import importlib
 import os
 import sys
-
-from rich.console import Console
-from rich.markup import escape
 
 from danlu.extras import MissingExtra
 from planner import __version__
@@ -27,6 +30,25 @@ from runtime.errors import RuntimeFailure
 COMMANDS = ("quote", "run", "status", "logs", "cancel", "report", "dashboard", "alerts", "gc", "prices", "bench",
             "simulate", "capacity")
 
+SUMMARIES = {
+    "quote": "plan a job: instance types, regions, nodes and the spot/on-demand/reserved mix",
+    "run": "run a job: provision its plan, train under torchrun, recover from preemptions",
+    "status": "where a run stands (or every run): progress, spend, forecast, ETA",
+    "logs": "print (and --follow) the log of a detached run's controller",
+    "cancel": "stop a run cleanly: checkpoint, release its nodes, write the summary",
+    "report": "a run's timeline of pools, preemptions and re-plans; PNG and HTML",
+    "dashboard": "a live web dashboard of runs, spend and quotes",
+    "alerts": "deliver a run's queued budget alerts (planner alerts flush RUN_DIR)",
+    "gc": "find and delete cloud instances of ended or deleted runs",
+    "prices": "show, import and refresh GPU prices",
+    "bench": "show the training-throughput table (per GPU, with sources)",
+    "simulate": "replay spot policies on real availability traces",
+    "capacity": "plan reservations (1y/3y) vs on-demand and spot for a team's demand; replay online",
+}
+"""Each sub-command's one-line help, as its own ``add_parser`` gives it (tests/test_cli_help.py
+checks they agree): the top-level ``--help`` lists these without importing any sub-command.
+A command missing here is imported to build its entry (correct, only slower)."""
+
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -36,7 +58,16 @@ EXIT_USAGE = 2
 USER_ERRORS = (PlannerError, PricingError, RuntimeFailure, MissingExtra)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _chosen_command(argv: list[str] | None) -> str | None:
+    """The sub-command ``argv`` names: its first word that is not an option (the top level has
+    only ``--help`` and ``--version``, which take no value)."""
+    words = sys.argv[1:] if argv is None else argv
+    return next((w for w in words if not w.startswith("-")), None)
+
+
+def build_parser(argv: list[str] | None = None, *, full: bool = False) -> argparse.ArgumentParser:
+    """The parser for ``argv``: the named sub-command in full, the others as their one-line
+    summaries (``full``: every sub-command in full, as the tests that inspect them need)."""
     parser = argparse.ArgumentParser(
         prog="planner",
         description=(
@@ -48,8 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"danlu {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    chosen = _chosen_command(argv)
     for name in COMMANDS:
-        importlib.import_module(f"planner.commands.{name}").add_parser(subparsers)
+        if full or name == chosen or name not in SUMMARIES:
+            importlib.import_module(f"planner.commands.{name}").add_parser(subparsers)
+        else:  # listed by --help; never parsed (argv names another command)
+            subparsers.add_parser(name, help=SUMMARIES[name], add_help=False)
     return parser
 
 
@@ -63,11 +98,15 @@ def output_width() -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_USAGE
+    # After parsing: --help and --version never pay for rich.
+    from rich.console import Console
+    from rich.markup import escape
+
     console = Console(stderr=False, highlight=False, width=output_width())
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
     try:

@@ -9,7 +9,7 @@ cloud" and never the other way round; ``max_hours`` caps its hours like a reserv
 Availability is the queue wait: the hours before the cluster's pods start, stated
 (``queue_wait_hours = 0.5``) or measured from the pods pending there now
 (``"pending_pods"``, :mod:`pricing.cluster_queue`). The phase pays it in time, not money
-(:attr:`planner.pools.Config.wait_hours`): pending pods are not billed.
+(:attr:`planner.pools.Config.launch_wait_hours`): pending pods are not billed.
 
 :func:`notes` says, for the quote, why the plan does or does not use each cluster: it
 fits; it does not fit in time (its GPUs, queue and the deadline) so the cloud finishes
@@ -97,7 +97,7 @@ def cluster_configs(job: JobSpec, work: WorkModel, catalog: Catalog, builder: An
                             source="[[purchase.cluster]]")
         for config in builder.configs(pool, offering, None, max_nodes=cluster.max_nodes):
             # An internal price has no catalog date to age.
-            out.append(dataclasses.replace(config, as_of=None, wait_hours=wait))
+            out.append(dataclasses.replace(config, as_of=None, launch_wait_hours=wait, launch_wait_p90_hours=wait))
     return out
 
 
@@ -121,7 +121,7 @@ def notes(quote: Any) -> list[dict[str, Any]]:
             out.append(entry)
             continue
         fastest = max(mine, key=lambda c: c.rate)
-        wait = fastest.wait_hours
+        wait = fastest.launch_wait_hours
         alone = wait + quote.work.work / fastest.rate
         if cluster.max_hours is not None:
             alone = max(alone, wait + min(cluster.max_hours, quote.work.work / fastest.rate))

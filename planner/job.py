@@ -57,6 +57,9 @@ class Scaling(_Section):
     efficiency_per_doubling: float | None = Field(default=None, ge=0.05, le=1)
 
 
+MEMORY_KEYS = frozenset({"precision", "strategy", "tensor_parallel", "activation_gb", "micro_batch_tokens"})
+
+
 class Workload(_Section):
     model: str | None = None
     tokens: float | None = Field(default=None, ge=1, le=1e18)
@@ -67,6 +70,13 @@ class Workload(_Section):
     global_batch: float | None = Field(default=None, gt=0, le=1e12, description="samples (or tokens) per step")
     min_gpu_memory_gb: float = Field(default=0, ge=0, le=1024)
     checkpoint_gb: float = Field(default=0, ge=0, le=1e6)
+    # Memory by parallelism (planner/memory.py): the GB a GPU needs, per configuration.
+    params_billions: float | None = Field(default=None, gt=0, le=100_000)
+    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    strategy: Literal["ddp", "zero2", "zero3", "fsdp"] = "ddp"
+    tensor_parallel: int = Field(default=1, ge=1, le=64, description="tensor-parallel degree within a node")
+    activation_gb: float | None = Field(default=None, ge=0, le=1024, description="per GPU; default: the rule")
+    micro_batch_tokens: float = Field(default=4096, ge=1, le=1e9, description="tokens per GPU per micro-batch")
     throughput: dict[str, float] = Field(default_factory=dict, max_length=MAX_LIST)
     scaling: Scaling = Scaling()
 
@@ -98,6 +108,10 @@ class Workload(_Section):
             raise ValueError("gpu_hours needs reference_gpu: the GPU those hours were measured on, e.g. \"A100\"")
         if self.model is None and not self.throughput and self.gpu_hours is None:
             raise ValueError("name a model from `planner bench --list`, or give [workload.throughput] per GPU")
+        memory_keys = sorted(MEMORY_KEYS & self.model_fields_set)
+        if memory_keys and self.params_billions is None:
+            raise ValueError(f"{', '.join(memory_keys)} describe the memory rule and need params_billions "
+                             "(the model's parameters, in billions)")
         return self
 
     @property
@@ -155,6 +169,10 @@ class Purchase(_Section):
 
 class Objective(_Section):
     minimize: Literal["cost", "time", "carbon"] = "cost"
+    tolerance: float = Field(
+        default=0.005, ge=0, le=0.5,
+        description="accept a plan this fraction above the optimum when it is simpler: fewer phases, one "
+                    "cloud, fewer nodes (0 = always the exact optimum)")
 
 
 class Overheads(_Section):
@@ -162,6 +180,14 @@ class Overheads(_Section):
 
     restart_minutes: float = Field(default=10.0, ge=0, le=10_080, description="provision + load + warm-up after a loss")
     checkpoint_write_gbps: float = Field(default=1.0, ge=1e-3, le=1e4, description="per-node checkpoint write bandwidth")
+    capacity_wait_minutes: float | None = Field(
+        default=None, ge=0, le=10_080,
+        description="how long a spot launch waits for capacity before re-planning elsewhere (default restart_minutes)")
+
+    @property
+    def capacity_patience_hours(self) -> float:
+        minutes = self.restart_minutes if self.capacity_wait_minutes is None else self.capacity_wait_minutes
+        return minutes / 60.0
 
 
 class Data(_Section):

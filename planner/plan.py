@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from planner.job import JobSpec
-from planner.milp import Limits, Solution, solve
+from planner.milp import Limits, PlanModel, Solution, may_be_feasible
 from planner.pools import CandidateSet, candidate_configs
 from planner.transfer import transfers_for
 from planner.workload import WorkModel, work_model
@@ -30,6 +30,8 @@ class Planned:
     work: WorkModel
     limits: Limits
     objective: str
+    model: PlanModel | None = None  # the MILP, for re-solves (alternatives, frontier); None: nothing can fit
+    exact: Solution | None = None  # the exact optimum, when ``solution`` is a simpler plan within the tolerance
 
 
 def limits_for(job: JobSpec) -> Limits:
@@ -56,6 +58,7 @@ def plan(
     data_location: Site | None = None,
     checkpoint_location: Site | None = None,
     resume: bool = False,
+    tolerance: float | None = None,
 ) -> Planned:
     """Solve ``job`` on ``catalog`` within ``limits``.
 
@@ -70,6 +73,10 @@ def plan(
     job's ``run.checkpoint_dir`` in ``run.checkpoint_region``); with ``resume`` a checkpoint exists
     now, so the first phase loads it too -- a re-plan onto a pool in another region or cloud pays
     its egress and transfer time.
+
+    ``tolerance`` (default: the job's ``[objective] tolerance``): the plan returned is the simplest
+    (fewest phases, then clouds, then nodes) whose objective is at most that fraction above the
+    optimum; ``Planned.exact`` is then the optimum itself (None when it is the plan returned).
     """
     model = work_model(job)
     if work is not None:
@@ -81,4 +88,37 @@ def plan(
                               resume=resume)
     candidates = candidate_configs(job, catalog, model, today=today, interruption_rates=interruption_rates,
                                    blocked=blocked, purchase=purchase, objective=objective, transfers=transfers)
-    return Planned(solve(candidates.configs, model.work, limits, objective), candidates, model, limits, objective)
+    milp = None
+    if candidates.configs and model.work > 0 and may_be_feasible(candidates.configs, model.work, limits):
+        milp = PlanModel(candidates.configs, model.work, limits)
+    best = milp.solve(objective) if milp is not None else None
+    tolerance = job.objective.tolerance if tolerance is None else tolerance
+    simple = simplest_within(milp, best, objective, tolerance) if best is not None and tolerance > 0 else None
+    if simple is not None:
+        return Planned(simple, candidates, model, limits, objective, milp, exact=best)
+    return Planned(best, candidates, model, limits, objective, milp)
+
+
+OBJECTIVE_VALUE = {"cost": ("cost", "cost"), "time": ("hours", "hours"), "carbon": ("carbon", "kg_co2e")}
+"""Objective -> (the model's row that caps it, the Solution attribute that measures it)."""
+
+
+def simplicity(solution: Solution) -> tuple[int, int, int]:
+    """What a person reads as a simpler plan, most important first: phases, clouds, total nodes."""
+    phases = solution.phases
+    return len(phases), len({p.config.pool.cloud for p in phases}), sum(p.config.nodes for p in phases)
+
+
+def simplest_within(model: PlanModel, best: Solution, objective: str, tolerance: float) -> Solution | None:
+    """The simplest plan whose objective is at most ``tolerance`` above ``best``'s (the optimum), or
+    None when none is simpler than ``best``.  The MILP minimises phases, clouds and nodes (in that
+    order) with the objective capped, and the cost as the last tie-break."""
+    row, attribute = OBJECTIVE_VALUE[objective]
+    if getattr(best, attribute) <= 0:  # a free optimum (held capacity): a tolerance of it is no room at all
+        return None
+    cap = getattr(best, attribute) * (1 + tolerance)
+    weight = 0.5 / (best.cost * (1 + tolerance)) if best.cost > 0 else 0.0  # < one node: only a tie-break
+    simple = model.solve("simple", caps={row: cap}, cost_weight=weight, gap=1e-9)
+    if simple is None or simplicity(simple) >= simplicity(best):
+        return None
+    return simple

@@ -28,8 +28,9 @@ from pricing.carbon import kg_co2e_per_node_hour
 from pricing.catalog import Catalog, CatalogFilter, Offering
 from pricing.clouds import notice_lead_s
 from pricing.egress import Site
-from pricing.pool import Pool
+from pricing.pool import CLUSTER, Pool
 from pricing.risk import RiskEstimate, estimate
+from pricing.spot_model import CapacityWait, capacity_wait
 
 FALLBACK_KG_PER_KWH = 0.475
 """World-average grid intensity (IEA 2019 figure used by Cloud Carbon Footprint docs) for regions we have no factor for."""
@@ -64,8 +65,14 @@ class Config:
     start_hours: float = 0.0
     data_usd_per_hour: float = 0.0
     ckpt_usd_per_hour: float = 0.0
-    # A cluster pool's queue: hours before its pods start, paid in time (not node-hours) by the phase.
-    wait_hours: float = 0.0
+    # Unbilled waits, for spot capacity (pricing.spot_model) or a cluster's queue (planner.cluster):
+    # at the phase's launch (expected, P90) and after its losses, per billed wall hour (expected,
+    # P90 over the whole job on this configuration).
+    launch_wait_hours: float = 0.0
+    launch_wait_p90_hours: float = 0.0
+    wait_per_hour: float = 0.0
+    wait_p90_per_hour: float = 0.0
+    capacity: CapacityWait | None = None
 
     @property
     def purchase(self) -> str:
@@ -253,21 +260,27 @@ class _Builder:
 
     def configs(self, pool: Pool, offering: Offering, risk: RiskEstimate | None, *, max_nodes: int | None = None):
         out = []
+        # Per pool, not per node count: a 128-node quote builds 50,000 configurations.
+        kg = self.carbon(offering)
+        estimated = kg is None
+        if kg is None:
+            kg = offering.gpus_per_node * 0.4 * FALLBACK_KG_PER_KWH  # 400 W per GPU when the power is unknown too
+        memory = self.work.memory
         for n in range(1, min(self.max_nodes, max_nodes or 10**9) + 1):
             if n * pool.gpus_per_node > self.max_gpus:
                 break
-            cfg = self._config(pool, offering, n, risk)
+            if memory is not None and not memory.fits(n * pool.gpus_per_node, pool.gpus_per_node,
+                                                      offering.gpu_memory_gb):
+                continue  # too few GPUs to shard the model states over (or TP does not divide the node)
+            cfg = self._config(pool, offering, n, risk, kg, estimated)
             if cfg is not None:
                 out.append(cfg)
         return out
 
-    def _config(self, pool: Pool, o: Offering, n: int, estimated_risk: RiskEstimate | None) -> Config | None:
+    def _config(self, pool: Pool, o: Offering, n: int, estimated_risk: RiskEstimate | None, kg: float,
+                estimated: bool) -> Config | None:
         job, work = self.job, self.work
         raw = work.rate(pool.gpu, n * pool.gpus_per_node)
-        kg = self.carbon(o)
-        estimated = kg is None
-        if kg is None:
-            kg = o.gpus_per_node * 0.4 * FALLBACK_KG_PER_KWH  # 400 W per GPU when the power is unknown too
         ckpt_h = job.workload.checkpoint_gb / (job.overheads.checkpoint_write_gbps * n) / 3600.0
         site = Site(pool.cloud, pool.region)
         t = self.transfers
@@ -290,6 +303,17 @@ class _Builder:
                 return None
             wall, p90 = overhead.wall_factor, overhead.p90_factor / overhead.wall_factor
         rate = raw / wall
+        waits = {}
+        if overhead is not None:
+            cw = capacity_wait(o)
+            patience = job.overheads.capacity_patience_hours
+            launch, launch_p90 = cw.launch(patience)
+            whole = work.work / rate  # billed wall hours of the whole job on this configuration
+            losses = risk * n  # per billed wall hour
+            loss_mean, loss_p90 = cw.after_losses(losses * whole, patience)
+            waits = dict(launch_wait_hours=launch, launch_wait_p90_hours=launch_p90,
+                         wait_per_hour=loss_mean / whole if whole else 0.0,
+                         wait_p90_per_hour=loss_p90 / whole if whole else 0.0, capacity=cw)
         # Streamed reads are paid per unit of work done here; each expected restart reloads the checkpoint,
         # and every checkpoint written to a store in another region or cloud leaves this one.
         data_ph = t.stream_usd_per_gb_total(site) * rate / work.work if work.work > 0 else 0.0
@@ -301,7 +325,7 @@ class _Builder:
                       as_of=o.as_of, overhead=overhead, carbon_estimated=estimated, risk=estimated_risk,
                       stage_usd=stage_usd, stage_hours=stage_h, entry_usd=load_usd, entry_hours=load_h,
                       start_usd=load_usd if t.resume else 0.0, start_hours=load_h if t.resume else 0.0,
-                      data_usd_per_hour=data_ph, ckpt_usd_per_hour=ckpt_ph)
+                      data_usd_per_hour=data_ph, ckpt_usd_per_hour=ckpt_ph, **waits)
 
 
 def _held_configs(job, work, catalog, today, builder: _Builder, warnings) -> list[Config]:
@@ -345,9 +369,12 @@ def prune_dominated(configs: list[Config], *, carbon: bool = False) -> list[Conf
 def _criteria(configs: list[Config], carbon: bool) -> np.ndarray:
     cols = [
         [(c.burn + c.egress_per_hour) / c.rate for c in configs],
-        [c.p90_factor / c.rate for c in configs],
-        [1.0 / c.rate for c in configs],
+        [(c.p90_factor + c.wait_p90_per_hour) / c.rate for c in configs],
+        [(1.0 + c.wait_per_hour) / c.rate for c in configs],
         [c.burn for c in configs],
+        # once per phase: the wait for capacity at its launch
+        [c.launch_wait_hours for c in configs],
+        [c.launch_wait_p90_hours for c in configs],
     ]
     if carbon:
         cols.append([c.kg_per_hour / c.rate for c in configs])
@@ -379,9 +406,9 @@ def _prune_staged(configs: list[Config], *, carbon: bool) -> list[Config]:
 
 
 def _plain(c: Config) -> bool:
-    """Compared by dominance: no one-off charge, no cap on its hours and no queue wait (which
-    the per-unit-of-work criteria cannot see)."""
-    return c.fixed_usd == 0 and c.max_hours is None and not c.wait_hours
+    """Compared by dominance: no one-off charge, no cap on its hours, and not a team cluster
+    (the plan takes it first, like held capacity, so a cloud pool cannot stand in for it)."""
+    return c.fixed_usd == 0 and c.max_hours is None and c.purchase != CLUSTER
 
 
 def _prune_group(configs: list[Config], *, carbon: bool) -> list[Config]:

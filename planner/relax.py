@@ -152,9 +152,38 @@ def _no_candidates(job: JobSpec, catalog: Catalog, work: WorkModel) -> Infeasibi
             f"none of the fitting offerings is sold as {', '.join(job.purchase.allow)}; allow on_demand or spot"
         )
         return out
+    if work.memory is not None:
+        return _memory_bound(job, work, sold, out)
     smallest = min(o.gpus_per_node for o in sold)
     out.binding = ["constraints.max_gpus"]
     out.relaxations.append(
         Relaxation("constraints.max_gpus", smallest, f"raise max_gpus to {smallest} (the smallest fitting node)")
     )
+    return out
+
+
+def _memory_bound(job: JobSpec, work: WorkModel, sold, out: Infeasibility) -> Infeasibility:
+    """No configuration fits the memory rule: name the strategy, or the node/GPU limit to raise."""
+    rule, c = work.memory, job.constraints
+    usable = [o for o in sold if o.gpus_per_node % rule.tensor_parallel == 0]
+    fitting = [(o, g) for o in usable if (g := rule.min_gpus(o.gpu_memory_gb)) is not None]
+    if not fitting:
+        largest = max((o.gpu_memory_gb for o in sold), default=0.0)
+        out.binding = ["workload.strategy"]
+        out.reasons.append(
+            f"{rule.describe(1 << 20)}: no number of GPUs brings that under the largest allowed GPU's "
+            f"{largest:g} GB; shard more (strategy = \"fsdp\"), add tensor_parallel, or lower activation_gb"
+            + ("" if usable else f" (tensor_parallel {rule.tensor_parallel} divides no node's GPU count)"))
+        return out
+    best, least = min(fitting, key=lambda og: (-(-og[1] // og[0].gpus_per_node), og[1]))
+    n = -(-least // best.gpus_per_node)
+    gpus = n * best.gpus_per_node
+    out.reasons.append(f"the memory rule needs at least {least} GPUs of {best.gpu_memory_gb:g} GB "
+                       f"({best.instance_type}): {rule.describe(least)}")
+    if n > c.max_nodes:
+        out.binding.append("constraints.max_nodes")
+        out.relaxations.append(Relaxation("constraints.max_nodes", n, f"raise max_nodes to {n}"))
+    if c.max_gpus is not None and gpus > c.max_gpus:
+        out.binding.append("constraints.max_gpus")
+        out.relaxations.append(Relaxation("constraints.max_gpus", gpus, f"raise max_gpus to {gpus}"))
     return out

@@ -18,6 +18,7 @@ from planner.cluster import notes as cluster_notes
 from planner.quote import PlanView, Quote
 from planner.relax import Infeasibility
 from planner.tables import Column, fitted_table
+from pricing.pool import CLUSTER
 
 
 def price_age(quote: Quote) -> dict[str, Any]:
@@ -51,7 +52,7 @@ def plan_json(view: PlanView, speed_sources: dict[str, str] | None = None) -> di
             phase["throughput_estimated"] = bool(source and source.startswith("estimate"))
         if c.fixed_usd:
             phase["term_cost_usd"] = round(c.fixed_usd, 2)
-        if p.wait_hours:
+        if p.wait_hours and c.purchase == CLUSTER:
             phase["queue_wait_hours"] = round(p.wait_hours, 4)
         if p.egress_usd or p.load_hours or p.stage_hours:
             phase["transfer"] = {
@@ -69,8 +70,14 @@ def plan_json(view: PlanView, speed_sources: dict[str, str] | None = None) -> di
                     round(c.overhead.interval_hours * 60, 2) if c.overhead.interval_hours != float("inf") else None
                 ),
             }
+        if c.capacity is not None:
+            phase["capacity_wait"] = {
+                "expected_hours": round(p.wait_hours, 4), "p90_hours": round(p.wait_p90_hours, 4),
+                "at_launch_hours": round(c.launch_wait_hours, 4), "source": c.capacity.source,
+                "is_default": c.capacity.default,
+            }
         phases.append(phase)
-    return {
+    out = {
         "expected_cost_usd": round(view.expected_cost_usd, 2),
         "expected_hours": round(view.expected_hours, 4),
         "p90_cost_usd": round(view.p90_cost_usd, 2),
@@ -79,6 +86,9 @@ def plan_json(view: PlanView, speed_sources: dict[str, str] | None = None) -> di
         "cost_lines": [{"label": line.label, "usd": round(line.usd, 2)} for line in view.lines],
         "phases": phases,
     }
+    if view.note:
+        out["note"] = view.note
+    return out
 
 
 def infeasible_json(inf: Infeasibility | None) -> dict[str, Any] | None:
@@ -99,8 +109,12 @@ def quote_json(quote: Quote) -> dict[str, Any]:
         "objective": quote.objective,
         "plan": plan_json(quote.plan, quote.work.speed_sources) if quote.plan else None,
         "alternatives": [plan_json(a, quote.work.speed_sources) for a in quote.alternatives],
-        "frontier": [{"p90_hours": round(h, 4), "expected_cost_usd": round(c, 2)} for h, c in quote.frontier],
+        "frontier": [{"p90_hours": round(h, 4), "expected_cost_usd": round(c, 2),
+                      **({"optimality_gap": round(quote.frontier_gaps[h], 6)} if h in quote.frontier_gaps else {})}
+                     for h, c in quote.frontier],
         "infeasible": infeasible_json(quote.infeasible),
+        "tolerance": quote.tolerance,
+        "exact_optimum": plan_json(quote.exact, quote.work.speed_sources) if quote.exact else None,
         "work": {"unit": quote.work.unit, "amount": quote.work.work},
         "prices": price_age(quote),
         "candidates": {
@@ -240,10 +254,19 @@ def render_quote(quote: Quote, console: Console, top: int) -> None:
     console.print(_cost_table(quote, quote.plan))
     for line in _risk_lines(quote.plan):
         console.print(f"[dim]risk:[/] {line}")
+    for i, p in enumerate(quote.plan.solution.phases, 1):
+        cw = p.config.capacity
+        if cw is not None:
+            console.print(f"[dim]capacity:[/] phase {i}: {p.wait_hours:.2f} h expected waiting for spot capacity "
+                          f"(P90 {p.wait_p90_hours:.2f} h; at launch and after each loss, unbilled, in the times "
+                          f"above); outages: {escape(cw.source)}")
     transfers = quote.candidates.transfers if quote.candidates else None
     if transfers is not None and transfers.active:
         for line in transfers.sources():
             console.print(f"[dim]egress:[/] {escape(line)}")
+    if quote.exact is not None:
+        console.print(f"[dim]simpler:[/] {escape(quote.exact.note)}: {_money(quote.exact.expected_cost_usd)}, "
+                      f"{len(quote.exact.solution.phases)} phase(s), {quote.exact.p90_hours:.2f} h at P90")
     reason = why_best(quote)
     if reason:
         console.print(f"[dim]why:[/] {escape(reason)}")

@@ -255,3 +255,19 @@ def simulate_policies(
         policy = optimal_policy(trace, model) if name == "optimal" else make_policy(name, home_pool=home)
         results[name] = simulate(trace, model, policy)
     return results
+
+
+def spot_models(trace: MultiPoolTrace) -> dict[str, dict[str, float | str | bool]]:
+    """Each pool's spot model as the quote reads a trace (:mod:`pricing.spot_model`, :mod:`pricing.risk`):
+    interruptions per available hour and the outage figures behind its capacity waits.  One function
+    of one trace in both, so ``planner simulate`` and ``planner quote`` agree on a pool."""
+    from pricing.risk import rate_from_trace
+    from pricing.spot_model import waits_from_trace
+
+    out: dict[str, dict[str, float | str | bool]] = {}
+    for i, pool in enumerate(trace.pools):
+        up = trace.available[i]
+        rate = rate_from_trace(up.tolist(), trace.gap_seconds) if up.any() else None
+        out[pool] = {"interruptions_per_hour": rate,
+                     **waits_from_trace([up], trace.gap_seconds, f"trace {pool}").to_dict()}
+    return out

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from planner.errors import PlannerError
 from planner.job import JobSpec
+from planner.memory import MemoryRule
 from pricing.errors import UnknownModelError
 from pricing.throughput import ThroughputTable, load_throughput_table
 
@@ -61,6 +62,7 @@ class WorkModel:
     speed_sources: dict[str, str]
     per_unit: float = 1.0
     warnings: tuple[str, ...] = field(default=())
+    memory: MemoryRule | None = None  # per-configuration GPU memory need; None: min_gpu_memory_gb per GPU
 
     def speed(self, gpu: str) -> float | None:
         return self.speeds.get(gpu.lower())
@@ -103,19 +105,28 @@ def work_model(job: JobSpec, table: ThroughputTable | None = None) -> WorkModel:
                         f"[workload.throughput] ({', '.join(w.throughput)}) are used",)
     efficiency = w.scaling.efficiency_per_doubling or (info.efficiency_per_doubling if info else 1.0)
     min_mem = w.min_gpu_memory_gb or (info.min_gpu_memory_gb if info else 0.0)
+    memory = None
+    if w.params_billions is not None:
+        if w.min_gpu_memory_gb:  # the job's own figure is the override
+            warnings = (*warnings, f"workload.min_gpu_memory_gb = {w.min_gpu_memory_gb:g} overrides the memory rule "
+                                   "of params_billions/strategy: every GPU needs that much, whatever the GPU count")
+        else:
+            memory = MemoryRule(w.params_billions, w.precision, "fsdp" if w.strategy == "zero3" else w.strategy,
+                                w.tensor_parallel, w.activation_gb, w.micro_batch_tokens)
+            min_mem = 0.0  # per configuration instead (planner.pools)
 
     if w.unit == "gpu_hours":
         speeds, sources = _reference_speeds(w, table, info, override)
         # Work in reference-GPU seconds; speeds in reference seconds per second.
         return WorkModel("reference GPU-hours", w.amount * 3600.0, speeds, efficiency, min_mem, sources,
-                         per_unit=3600.0, warnings=warnings)
+                         per_unit=3600.0, warnings=warnings, memory=memory)
 
     speeds, sources = {}, {}
     if info is not None:
         speeds, sources = _table_speeds(w, table, info)
     speeds.update(override)
     sources.update(dict.fromkeys(override, "job file [workload.throughput]"))
-    return WorkModel(w.unit, w.amount, speeds, efficiency, min_mem, sources, warnings=warnings)
+    return WorkModel(w.unit, w.amount, speeds, efficiency, min_mem, sources, warnings=warnings, memory=memory)
 
 
 def _table_speeds(w, table: ThroughputTable, info) -> tuple[dict[str, float], dict[str, str]]:

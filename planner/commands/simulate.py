@@ -21,6 +21,7 @@ from planner.simulate import (
     TickGrid,
     require_feasible,
     simulate_policies,
+    spot_models,
     tick_grid,
 )
 from planner.simulate_job import SimulatedJob, job_model
@@ -198,6 +199,7 @@ def _payload(
             "start_tick": start,
             "sources": [str(s) for s in trace.sources],
             "formats": list(trace.formats),
+            "spot_models": spot_models(trace),  # as the quote reads these traces (pricing.spot_model)
         },
         "model": {**dataclasses.asdict(simulated.model), "effective_restart_hours": grid.overhead_hours,
                   "pool": simulated.pool, "nodes": simulated.nodes, "from": simulated.sources},

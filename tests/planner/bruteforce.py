@@ -24,6 +24,27 @@ from pricing.egress import Site, parse_site, transfer_hours, usd_per_gb
 from pricing.throughput import load_throughput_table
 
 
+def memory_need_gb(job: JobSpec, gpus: int) -> float | None:
+    """GB per GPU by the rule of docs/quote.md ("Memory by parallelism"), written out again here;
+    None when the job has no rule (no params_billions, or min_gpu_memory_gb overrides it)."""
+    w = job.workload
+    if w.params_billions is None or w.min_gpu_memory_gb:
+        return None
+    psi, t = w.params_billions * 1e9, w.tensor_parallel
+    weights, grads, adam = (4, 4, 8) if w.precision == "fp32" else (2, 2, 12)
+    ranks = gpus // t
+    sharded = {"ddp": 0.0, "zero2": grads + adam, "zero3": weights + grads + adam,
+               "fsdp": weights + grads + adam}[w.strategy]
+    states = ((weights + grads + adam - sharded) + sharded / ranks) * psi / t
+    if w.activation_gb is not None:
+        act = w.activation_gb * 1e9
+    else:
+        layers = (psi / (12 * 128**2)) ** (1 / 3)  # params = 12 L h^2 with h = 128 L
+        width = 128 * layers
+        act = ((4 if w.precision == "fp32" else 2) * layers + 34) * w.micro_batch_tokens * width / t
+    return (states + act) / 1e9 + 2.0
+
+
 def on_demand_configs(job: JobSpec, catalog: Catalog, *, with_sites: bool = False):
     """(rate units/h, burn $/h) per (cloud, region, type, nodes), on-demand only (and the sites)."""
     table = load_throughput_table()
@@ -31,8 +52,11 @@ def on_demand_configs(job: JobSpec, catalog: Catalog, *, with_sites: bool = Fals
     info = table.model(w.model)
     eff = w.scaling.efficiency_per_doubling or info.efficiency_per_doubling
     min_mem = w.min_gpu_memory_gb or info.min_gpu_memory_gb
+    if w.params_billions is not None and not w.min_gpu_memory_gb:
+        min_mem = 0.0  # the rule decides per node count, below
     c = job.constraints
     cheapest: dict[tuple, tuple[float, int, float]] = {}
+    mems: dict[tuple, float] = {}
     for o in catalog:
         if c.clouds and o.cloud not in c.clouds:
             continue
@@ -44,14 +68,20 @@ def on_demand_configs(job: JobSpec, catalog: Catalog, *, with_sites: bool = Fals
         if m is None:
             continue
         key = (o.cloud, o.region, o.instance_type)
+        mems[key] = o.gpu_memory_gb
         if key not in cheapest or o.on_demand < cheapest[key][0]:
             cheapest[key] = (o.on_demand, o.gpus_per_node, m.per_gpu_per_second)
     rates, burns, sites = [], [], []
-    for (cloud, region, _), (price, gpn, speed) in cheapest.items():
+    for (cloud, region, itype), (price, gpn, speed) in cheapest.items():
         for n in range(1, c.max_nodes + 1):
             g = n * gpn
             if c.max_gpus and g > c.max_gpus:
                 break
+            need = None if gpn % w.tensor_parallel else memory_need_gb(job, g)
+            if gpn % w.tensor_parallel and memory_need_gb(job, w.tensor_parallel) is not None:
+                continue  # the rule's tensor parallelism stays within a node
+            if need is not None and need > mems[(cloud, region, itype)] + 1e-9:
+                continue
             rates.append(g * speed * eff ** math.log2(g) * 3600.0)
             burns.append(price * n)
             sites.append(Site(cloud, region))
@@ -86,9 +116,14 @@ def _gravity(job: JobSpec, sites: list[Site]):
 
 def brute_force_cost(job: JobSpec, catalog: Catalog) -> float | None:
     """Cheapest expected cost of any one- or two-phase on-demand plan, or None."""
+    return brute_force_costs(job, catalog)[0]
+
+
+def brute_force_costs(job: JobSpec, catalog: Catalog) -> tuple[float | None, float | None]:
+    """Cheapest expected cost of any one- or two-phase on-demand plan, and of any one-phase plan."""
     rates, burns, sites = on_demand_configs(job, catalog, with_sites=True)
     if len(rates) == 0:
-        return None
+        return None, None
     stage_c, stage_h, stream, load_c, load_h = _gravity(job, sites)
     site_id = np.array([sorted(set(sites)).index(s) for s in sites])
     W = job.workload.amount
@@ -101,6 +136,7 @@ def brute_force_cost(job: JobSpec, catalog: Catalog) -> float | None:
     ok = (hours + stage_h <= D * (1 + 1e-9)) & (cost <= B * (1 + 1e-9))
     if ok.any():
         best = cost[ok].min()
+    single = None if math.isinf(best) else float(best)
     # Ordered pairs: phase i first (no switch), then j (pays R and the checkpoint load at its burn).
     # x = hours on i in [0, W/r_i]; hours on j = (W - r_i x) / r_j.
     for i in range(len(rates)):
@@ -134,4 +170,4 @@ def brute_force_cost(job: JobSpec, catalog: Catalog) -> float | None:
             both = feasible & (xs > 1e-12) & (xs < hi_x * (1 - 1e-12))
             if both.any():
                 best = min(best, c[both].min())
-    return None if math.isinf(best) else float(best)
+    return (None if math.isinf(best) else float(best)), single

@@ -235,7 +235,9 @@ def test_the_brute_force_agrees_with_the_milp_on_jobs_with_data_gravity(spec, ca
         assert quote.plan is None, f"brute force found no plan, MILP found {quote.plan.expected_cost_usd}"
     else:
         assert quote.plan is not None, f"MILP infeasible, brute force found ${expected:.4f}"
-        assert quote.plan.expected_cost_usd == pytest.approx(expected, rel=1e-6, abs=1e-6)
+        exact = quote.exact or quote.plan  # a simpler plan within [objective] tolerance may be the plan
+        assert exact.expected_cost_usd == pytest.approx(expected, rel=1e-6, abs=1e-6)
+        assert quote.plan.expected_cost_usd <= expected * (1 + spec.objective.tolerance) * (1 + 1e-6)
         assert math.isfinite(quote.plan.expected_hours)
 
 
@@ -255,4 +257,4 @@ def test_a_second_phase_loads_the_checkpoint_from_its_store():
     assert phases[0].checkpoint_usd == 0 and phases[0].load_hours == 0
     assert phases[1].checkpoint_usd == pytest.approx(14 * usd_per_gb(store, phases[1].config.site))
     assert phases[1].load_hours == pytest.approx(14 * 8 / 3600)
-    assert quote.plan.expected_cost_usd == pytest.approx(brute_force_cost(spec, catalog), rel=1e-6)
+    assert (quote.exact or quote.plan).expected_cost_usd == pytest.approx(brute_force_cost(spec, catalog), rel=1e-6)

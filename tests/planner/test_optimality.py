@@ -15,7 +15,7 @@ from pricing.catalog import Catalog, Offering
 from pricing.embedded_catalog import load_embedded_catalog
 
 from ..conftest import shared_path
-from .bruteforce import brute_force_cost
+from .bruteforce import brute_force_costs
 
 MODELS = ["gpt-7b", "gpt-1b", "resnet50", "bert-large"]
 UNITS = {"gpt-7b": "tokens", "gpt-1b": "tokens", "resnet50": "samples", "bert-large": "samples"}
@@ -44,12 +44,20 @@ def jobs(draw, purchases=("on_demand",)):
     workload = {"model": model, UNITS[model]: float(round(10**amount)), "checkpoint_gb": 0}  # counts are whole
     if draw(st.booleans()):
         workload["min_gpu_memory_gb"] = draw(st.sampled_from([16, 24, 40, 80]))
+    if draw(st.booleans()):  # the memory rule (an explicit min_gpu_memory_gb above overrides it)
+        workload["params_billions"] = draw(st.sampled_from([0.35, 1.3, 7.0, 13.0, 70.0]))
+        workload["strategy"] = draw(st.sampled_from(["ddp", "zero2", "fsdp", "zero3"]))
+        workload["precision"] = draw(st.sampled_from(["bf16", "fp32"]))
+        workload["tensor_parallel"] = draw(st.sampled_from([1, 1, 2, 8]))
+        if draw(st.booleans()):
+            workload["activation_gb"] = draw(st.sampled_from([0.5, 4.0, 12.0]))
     return parse_job({
         "name": "generated",
         "workload": workload,
         "constraints": constraints,
         "purchase": {"allow": list(purchases)},
         "overheads": {"restart_minutes": draw(st.sampled_from([0, 5, 10, 30]))},
+        "objective": {"tolerance": draw(st.sampled_from([0.0, 0.005, 0.005, 0.05]))},
     })
 
 
@@ -68,12 +76,19 @@ def small_catalogs(draw):
 
 def check_against_brute_force(job, catalog):
     quote = make_quote(job, catalog, top=0, frontier_points=0)
-    expected = brute_force_cost(job, catalog)
+    expected, single = brute_force_costs(job, catalog)
     if expected is None:
         assert quote.plan is None, f"brute force found no plan, MILP found {quote.plan.expected_cost_usd}"
-    else:
-        assert quote.plan is not None, f"MILP infeasible, brute force found ${expected:.4f}"
-        assert quote.plan.expected_cost_usd == pytest.approx(expected, rel=1e-6, abs=1e-6)
+        return
+    assert quote.plan is not None, f"MILP infeasible, brute force found ${expected:.4f}"
+    exact = quote.exact or quote.plan  # the optimum, whether or not a simpler plan was accepted
+    assert exact.expected_cost_usd == pytest.approx(expected, rel=1e-6, abs=1e-6)
+    # [objective] tolerance: never more than the tolerance above the optimum, and one phase
+    # whenever a one-phase plan is within it.
+    tol = job.objective.tolerance
+    assert quote.plan.expected_cost_usd <= expected * (1 + tol) * (1 + 1e-6) + 1e-6
+    if single is not None and single <= expected * (1 + tol) * (1 - 1e-6):
+        assert len(quote.plan.solution.phases) == 1, (single, expected, tol)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
