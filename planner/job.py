@@ -108,7 +108,9 @@ class Workload(_Section):
             raise ValueError("gpu_hours needs reference_gpu: the GPU those hours were measured on, e.g. \"A100\"")
         if self.model is None and not self.throughput and self.gpu_hours is None:
             raise ValueError("name a model from `planner bench --list`, or give [workload.throughput] per GPU")
-        memory_keys = sorted(MEMORY_KEYS & self.model_fields_set)
+        # A default written back (a run's saved job) describes nothing: only a value that changes the rule counts.
+        memory_keys = sorted(k for k in MEMORY_KEYS & self.model_fields_set
+                             if getattr(self, k) != type(self).model_fields[k].default)
         if memory_keys and self.params_billions is None:
             raise ValueError(f"{', '.join(memory_keys)} describe the memory rule and need params_billions "
                              "(the model's parameters, in billions)")
