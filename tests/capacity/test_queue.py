@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 
 from planner.capacity.queue import Option, job_options, schedule, window
-from planner.capacity.queue_report import schedule_json
 from planner.capacity.queue_spec import load_queue
 from planner.cli import main
-from pricing.sources import resolve_catalog as load_catalog_path
 from pricing.pool import HELD
+from pricing.sources import resolve_catalog as load_catalog_path
 from tests.run.helpers import HEADER
 
 # T4 nodes: 1-GPU on-demand $0.60/h and spot $0.20/h (no interruptions, so spot's effective
