@@ -61,13 +61,15 @@ class SparseMilp:
         self.row_upper.append(float(upper))
         return len(self.row_lower) - 1
 
-    def solve(self, *, gap: float = 1e-6, time_limit_s: float = 120.0,
+    def solve(self, *, gap: float = 1e-6, abs_gap: float | None = None, time_limit_s: float = 120.0,
               start: Mapping[int, float] | None = None) -> np.ndarray:
         """The optimal column values; ``start`` (column -> value, integers at least) is a MIP start."""
         with _quiet_stdout():  # HiGHS prints its banner from C++ on first use; `--json` output must stay clean
             h = highspy.Highs()
         h.setOptionValue("output_flag", False)
         h.setOptionValue("mip_rel_gap", gap)
+        if abs_gap is not None:
+            h.setOptionValue("mip_abs_gap", abs_gap)
         h.setOptionValue("time_limit", float(time_limit_s))
         for key, value in SEARCH_OPTIONS.items():
             h.setOptionValue(key, value)
