@@ -12,7 +12,10 @@ The MILP (HiGHS): ``z[j,c,t]`` (binary) says job j holds configuration c in slot
 in [0, z] is the share of the slot it runs (a job that finishes mid-slot releases its nodes), and
 
 * each job gets its whole work done inside its window: ``sum r[j,c] * slot_hours * u >= work_j``
-  over the slots that start at or after its submission and end by its deadline;
+  over the slots that start at or after its submission and end by its deadline, less
+  ``r[j,c] * restart_hours`` each time it starts on a configuration (``started >= z[t] - z[t-1]``;
+  the job's ``[overheads] restart_minutes``: provisioning, loading and warm-up), so hopping between
+  pools costs what it costs a real run;
 * one configuration per job and slot: ``sum_c z[j,c,t] <= 1``;
 * held capacity: ``sum n_c * z[j,c,t] <= count`` per reservation and slot;
 * a job's budget, when it has one, bounds its own cost;
@@ -167,7 +170,7 @@ def schedule(spec: QueueSpec, catalog: Catalog, *, today: dt.date | None = None,
     held_pools: list[Pool | None] = [None] * len(spec.reservations)
     out = []
     for i, (job, (unit, work)) in enumerate(zip(spec.jobs, works)):
-        js = JobSchedule(job, unit, work, _segments(picked[i], options[i], spec.slot_hours))
+        js = JobSchedule(job, unit, work, _segments(picked[i], options[i], spec.slot_hours, restart_hours(job)))
         for s in js.segments:
             if s.option.held is not None:
                 held_pools[s.option.held] = s.option.pool
@@ -186,8 +189,11 @@ def _solve(spec: QueueSpec, jobs: Sequence[QueuedJob], options: Sequence[Sequenc
         mine = []
         work_row: dict[int, float] = {}
         cost_row: dict[int, float] = {}
+        restart_h = restart_hours(job)
+        previous: dict[int, int] = {}  # option -> its z in the slot before
         for t in window(job, spec):
             one: dict[int, float] = {}
+            current: dict[int, int] = {}
             for k, o in enumerate(opts):
                 if o.held is not None and not _held_in(spec, o.held, t):
                     continue
@@ -196,12 +202,22 @@ def _solve(spec: QueueSpec, jobs: Sequence[QueuedJob], options: Sequence[Sequenc
                 milp.row({u: 1.0, z: -1.0}, upper=0.0)
                 one[z] = 1.0
                 work_row[u] = o.units_per_hour * h
+                if restart_h > 0:
+                    # started >= z[t] - z[t-1]: a configuration entered in this slot first loses its restart
+                    started = milp.column(0.0, 0, 1)
+                    row = {started: 1.0, z: -1.0}
+                    if k in previous:
+                        row[previous[k]] = 1.0
+                    milp.row(row, lower=0.0)
+                    work_row[started] = -o.units_per_hour * restart_h
+                current[k] = z
                 cost_row[u] = o.usd_per_hour * h
                 if o.held is not None:
                     held_rows.setdefault((o.held, t), {})[z] = float(o.nodes)
                 mine.append((t, k, z, u))
             if one:
                 milp.row(one, upper=1.0)
+            previous = current
         if not work_row:
             return None
         milp.row(work_row, lower=work)
@@ -225,22 +241,29 @@ def _solve(spec: QueueSpec, jobs: Sequence[QueuedJob], options: Sequence[Sequenc
     return out
 
 
+def restart_hours(job: QueuedJob) -> float:
+    """Hours a job loses each time it starts on a configuration (provisioning, loading, warm-up):
+    its ``[overheads] restart_minutes``, as `planner quote` charges a spot restart."""
+    return job.spec.overheads.restart_minutes / 60.0
+
+
 def _held_in(spec: QueueSpec, index: int, t: int) -> bool:
     r = spec.reservations[index]
     return r.from_slot <= t < (r.until_slot if r.until_slot is not None else spec.horizon_slots)
 
 
-def _segments(plan: dict[int, dict[int, float]], opts: Sequence[Option], h: float) -> list[Segment]:
+def _segments(plan: dict[int, dict[int, float]], opts: Sequence[Option], h: float, restart_h: float) -> list[Segment]:
+    """Consecutive slots on one configuration as one segment; its work is net of the restart it starts with."""
     segments: list[Segment] = []
     for t in sorted(plan):
         (k, share), = plan[t].items()
         o = opts[k]
         hours, work, cost = share * h, share * h * o.units_per_hour, share * h * o.usd_per_hour
         last = segments[-1] if segments else None
-        if last is not None and last.end_slot == t and last.option == o and math.isclose(last.hours, (t - last.start_slot) * h):
+        if last is not None and last.end_slot == t and last.option == o:
             segments[-1] = Segment(last.start_slot, t + 1, o, last.hours + hours, last.work + work, last.cost_usd + cost)
         else:
-            segments.append(Segment(t, t + 1, o, hours, work, cost))
+            segments.append(Segment(t, t + 1, o, hours, work - o.units_per_hour * restart_h, cost))
     return segments
 
 
