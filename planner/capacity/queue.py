@@ -20,7 +20,7 @@ in [0, z] is the share of the slot it runs (a job that finishes mid-slot release
 * held capacity: ``sum n_c * z[j,c,t] <= count`` per reservation and slot;
 * a job's budget, when it has one, bounds its own cost;
 * minimise the elastic spend ``sum nodes * hourly * slot_hours * u`` (held nodes cost $0 an
-  hour), then, by a tie-break far below a cent, the earlier slot.
+  hour), then, by a tie-break of a tenth of a cent per slot index, the earlier slot.
 
 A job that cannot finish in time even alone is named with what it lacks; when every job could
 alone but not all together, the report names the jobs the held capacity cannot fit.
@@ -43,9 +43,9 @@ from planner.workload import work_model
 from pricing.catalog import Catalog
 from pricing.pool import HELD, Pool
 
-TIE_BREAK_USD = 1e-5
-"""Per slot index and share of a slot: prefers the earlier of two equally cheap slots (at most $0.02 a job
-over 2,000 slots; the schedule's costs leave it out).  The solve's absolute gap is set far below it."""
+TIE_BREAK_USD = 1e-3
+"""Per slot index and share of a slot: prefers the earlier of two slots that cost the same (a tenth of a
+cent per slot; the schedule's costs leave it out).  The solve's absolute gap is set far below it."""
 
 
 class QueueInfeasibleError(PlannerError):
@@ -124,13 +124,23 @@ def job_options(job: QueuedJob, spec: QueueSpec, catalog: Catalog, *, today: dt.
     found = candidate_configs(job_spec, catalog, work, today=today, prune=False,
                               purchase=elastic_allowed).configs
     elastic = prune_dominated([c for c in found if c.pool.purchase != HELD and c.pool.purchase in elastic_allowed])
-    out = [_option(c) for c in elastic]
+    out = _pareto([_option(c) for c in elastic])
     for c in found:
         if c.pool.purchase == HELD:
             index = next(i for i, r in enumerate(spec.reservations)
                          if (r.cloud, r.region, r.instance_type) == (c.pool.cloud, c.pool.region, c.pool.instance_type))
             out.append(_option(c, index))
     return out
+
+
+def _pareto(options: list[Option]) -> list[Option]:
+    """The elastic options no other one beats on both throughput and price: capacity is unlimited, so
+    only those two matter here (the quote's pruning also keeps trade-offs in risk and carbon)."""
+    kept: list[Option] = []
+    for o in sorted(options, key=lambda o: (-o.units_per_hour, o.usd_per_hour, o.pool.label(o.nodes))):
+        if all(o.usd_per_hour < k.usd_per_hour for k in kept):
+            kept.append(o)
+    return kept
 
 
 def _option(c: Config, held: int | None = None) -> Option:
@@ -160,12 +170,11 @@ def schedule(spec: QueueSpec, catalog: Catalog, *, today: dt.date | None = None,
         if not opts:
             raise NoOfferError(f"{job.source}: job {job.name!r}: nothing in the catalog runs it under its "
                                "[constraints] and the queue's [purchase] allow; widen clouds/regions/gpus")
-    for i, job in enumerate(spec.jobs):
-        alone = _solve(spec, [job], [options[i]], [works[i][1]])
-        if alone is None:
-            raise QueueInfeasibleError(_why_alone(spec, job, options[i], works[i]))
     picked = _solve(spec, list(spec.jobs), options, [w for _, w in works])
-    if picked is None:
+    if picked is None:  # which job: one that cannot make it even alone, else the first that does not fit
+        for i, job in enumerate(spec.jobs):
+            if _solve(spec, [job], [options[i]], [works[i][1]]) is None:
+                raise QueueInfeasibleError(_why_alone(spec, job, options[i], works[i]))
         raise QueueInfeasibleError(_why_together(spec, options, works))
     held_pools: list[Pool | None] = [None] * len(spec.reservations)
     out = []
@@ -228,7 +237,7 @@ def _solve(spec: QueueSpec, jobs: Sequence[QueuedJob], options: Sequence[Sequenc
     for (r, _), row in held_rows.items():
         milp.row(row, upper=float(spec.reservations[r].count))
     try:
-        values = milp.solve(gap=1e-9, abs_gap=TIE_BREAK_USD / 100)
+        values = milp.solve(gap=1e-6, abs_gap=TIE_BREAK_USD / 100)
     except SolverError:
         return None
     out = []
