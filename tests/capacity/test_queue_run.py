@@ -13,9 +13,10 @@ from tests.run.helpers import HEADER, digits_entrypoint, processes_of
 
 pytestmark = pytest.mark.ddp
 
-STEPS = 40
+STEPS = 20
 SLOT_HOURS = 0.02
 TIME_SCALE = 60.0
+DEADLINE = 1.0  # hours: a tiny job's start-up on a busy machine is a minute of simulated time
 
 
 def _job(name: str, submit: float) -> str:
@@ -28,8 +29,10 @@ steps = {STEPS}
 checkpoint_gb = 0.001
 [job.workload.throughput]
 T4 = 0.85
+[job.overheads]
+restart_minutes = 0.1
 [job.constraints]
-deadline_hours = 0.3
+deadline_hours = {DEADLINE}
 budget_usd = 5
 max_nodes = 1
 [job.run]
@@ -42,7 +45,7 @@ def test_a_queue_runs_each_job_through_its_own_controller_as_scheduled(tmp_path:
     catalog = tmp_path / "catalog.csv"
     catalog.write_text(HEADER + "\naws,us-east-1,,g4dn.xlarge,T4,1,16,4,16,0.526,0.16,,,0.0,,2026-11-30,test\n")
     queue = tmp_path / "queue.toml"
-    queue.write_text(f'name = "q"\nslot_hours = {SLOT_HOURS}\nhorizon_slots = 15\n[purchase]\nallow = ["on_demand"]\n'
+    queue.write_text(f'name = "q"\nslot_hours = {SLOT_HOURS}\nhorizon_slots = 50\n[purchase]\nallow = ["on_demand"]\n'
                      '[[reservation]]\ncloud = "aws"\nregion = "us-east-1"\ninstance_type = "g4dn.xlarge"\ncount = 1\n'
                      + _job("a", 0) + _job("b", SLOT_HOURS / 2))  # b arrives mid-slot 0: it may start at slot 1
     root = tmp_path / "runs"
@@ -62,8 +65,8 @@ def test_a_queue_runs_each_job_through_its_own_controller_as_scheduled(tmp_path:
                     if json.loads(line)["event"] == "launch"]
         assert "reserved_held" in launches[0]["pool"]  # the controller started on the schedule's pool
         state = json.loads((run_dir / "state.json").read_text())
-        # the queue's deadline (submit + 0.3 h), counted from the job's own start slot
-        left = 0.3 if name == "a" else SLOT_HOURS / 2 + 0.3 - SLOT_HOURS
+        # the queue's deadline (submit + DEADLINE), counted from the job's own start slot
+        left = DEADLINE if name == "a" else SLOT_HOURS / 2 + DEADLINE - SLOT_HOURS
         assert state["job"]["constraints"]["deadline_hours"] == pytest.approx(left)
         origins[name] = state["origin"]
         assert summary["cost_usd"] == 0  # held capacity: $0 an hour
