@@ -26,13 +26,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import pulp
 
 from planner.capacity.demand import ClassDemand, Demand
 from planner.capacity.errors import NoOfferError
 from planner.capacity.offers import ClassOffers, ReservedOption
-from planner.errors import SolverError
-from planner.milp import _quiet_stdout, _variable_factory
+from planner.capacity.sparse_milp import SparseMilp
 
 RULES = ("pro_rata", "whole")
 NEGLIGIBLE_GPU_HOURS = 1e-9
@@ -95,17 +93,20 @@ def charge(option: ReservedOption, start: int, horizon: int, period_hours: float
 
 def solve(demand: Demand, offers: Mapping[str, ClassOffers], rule: str = "pro_rata", *,
           scenarios: Sequence[float] = (1.0,), best: Mapping[str, Sequence[float]] | None = None,
-          gap: float = 1e-6, time_limit_s: float = 120.0) -> CapacityPlan:
+          gap: float = 1e-6, time_limit_s: float = 120.0, start: Sequence[Reservation] = ()) -> CapacityPlan:
     """The cheapest plan (or, with several ``scenarios`` and each class's ``best`` cost per scenario,
     the one whose reservations minimise each class's worst regret).
 
     Classes share nothing (no constraint spans two GPU classes), so each is solved on its own:
-    the sum of the per-class optima is the optimum, and the models stay small.
+    the sum of the per-class optima is the optimum, and the models stay small.  ``start``: a known
+    plan's reservations, given to the solver as a first incumbent (it changes the time, not the result).
     """
     reservations: list[Reservation] = []
     for cls in demand.classes:
         base = None if best is None else best[cls.name]
-        reservations.extend(_solve_class(cls, offers[cls.name], demand, rule, scenarios, base, gap, time_limit_s))
+        mine = [r for r in start if r.demand_class == cls.name]
+        reservations.extend(_solve_class(cls, offers[cls.name], demand, rule, scenarios, base, gap, time_limit_s,
+                                         mine))
     return evaluate(demand, offers, reservations, rule)
 
 
@@ -161,8 +162,26 @@ def elastic_segments(need: float, share: float, unit_hours: float, spot_usd: flo
     return base, segments, least
 
 
+def same_start_bounds(options: Sequence[ReservedOption]) -> list[int | None]:
+    """Per option, the most instances of it an optimal plan buys in one period (None: no such limit).
+
+    If a bigger option of the same term holds a whole number k of this one's nodes (the offers keep
+    it only when it is cheaper per GPU-hour), k of these bought in the same period are beaten by one
+    of it: the same capacity in every period, for less.  So at most k - 1 are bought together.  The
+    bound removes no optimum and cuts the search for mixed node sizes.
+    """
+    out: list[int | None] = []
+    for o in options:
+        multiples = [k.gpus_per_node // o.gpus_per_node for k in options
+                     if k.term == o.term and k.gpus_per_node > o.gpus_per_node and k.gpus_per_node % o.gpus_per_node == 0
+                     and k.usd_per_gpu_hour < o.usd_per_gpu_hour]
+        out.append(min(multiples) - 1 if multiples else None)
+    return out
+
+
 def _solve_class(cls: ClassDemand, offer: ClassOffers, demand: Demand, rule: str, scenarios: Sequence[float],
-                 best: Sequence[float] | None, gap: float, time_limit_s: float) -> list[Reservation]:
+                 best: Sequence[float] | None, gap: float, time_limit_s: float,
+                 start: Sequence[Reservation] = ()) -> list[Reservation]:
     T, P = demand.horizon, demand.period_hours
     D = np.asarray(cls.gpu_hours, dtype=float)
     options = offer.reserved if D.size and D.max() > 0 else ()
@@ -175,59 +194,86 @@ def _solve_class(cls: ClassDemand, offer: ClassOffers, demand: Demand, rule: str
         return []
     unit = math.gcd(*(o.gpus_per_node for o in options))
     unit_hours = unit * P
-    prob = pulp.LpProblem("danlu_capacity", pulp.LpMinimize)
-    var = _variable_factory(prob)
+    robust = len(scenarios) > 1
+    if robust and (best is None or len(best) != len(scenarios)):
+        raise ValueError("a robust solve needs each scenario's best cost")
+    milp = SparseMilp()
     peak_units = math.ceil(float(D.max()) * max(scenarios) / unit_hours)
-    capacity: list[list] = [[] for _ in range(T)]
-    reservation_cost = []
-    buys = []
-    for ri, option in enumerate(options):
+    capacity: list[dict[int, float]] = [{} for _ in range(T)]
+    charges: dict[int, float] = {}  # purchase column -> its charge (the same in every scenario)
+    buys: list[tuple[ReservedOption, list[int], list[int]]] = []
+    together = same_start_bounds(options)
+    for option, most in zip(options, together):
         L, size = option.term_periods(P), option.gpus_per_node // unit
         bound = math.ceil(peak_units / size)
-        # x is continuous: x[t] = a[t] - a[t-1] + x[t-L] is whole whenever the active counts a are.
-        x = [var(f"x{ri}_{s}", 0, bound, pulp.LpContinuous) for s in range(T)]
-        reservation_cost.extend(charge(option, s, T, P, rule) * x[s] for s in range(T))
-        previous = None
+        # x (bought at s) is continuous: x[t] = a[t] - a[t-1] + x[t-L] is whole whenever the active counts a are.
+        xb = bound if most is None else min(bound, most)
+        x = [milp.column(0.0 if robust else charge(option, s, T, P, rule), 0, xb) for s in range(T)]
+        a = [milp.column(0.0, 0, bound, integer=True) for _ in range(T)]
+        for s in range(T):
+            charges[x[s]] = charge(option, s, T, P, rule)
         for t in range(T):
-            a = var(f"a{ri}_{t}", 0, bound, pulp.LpInteger)
-            expired = x[t - L] if t - L >= 0 else 0
-            prob += a == (previous if previous is not None else 0) + x[t] - expired, f"active{ri}_{t}"
-            previous = a
-            capacity[t].append(size * a)
-        buys.append((option, x))
-    costs = []
+            row = {a[t]: 1.0, x[t]: -1.0}
+            if t:
+                row[a[t - 1]] = -1.0
+            if t - L >= 0:
+                row[x[t - L]] = 1.0
+            milp.row(row, 0.0, 0.0)
+            capacity[t][a[t]] = float(size)
+        buys.append((option, x, a))
+    regret = milp.column(1.0, -math.inf, math.inf) if robust else None
     for k, factor in enumerate(scenarios):
-        terms = []
+        scenario_cost: dict[int, float] = dict(charges) if robust else {}
+        constant = 0.0
         for t in range(T):
             need = float(D[t]) * factor
             if need <= NEGLIGIBLE_GPU_HOURS:  # a sliver (say 1e-300) would underflow into a unit count of 0
                 continue
             base, segments, least = elastic_segments(need, cls.preemptible_share, unit_hours, spot_usd, od_usd)
+            constant += base
             if least:
-                prob += pulp.lpSum(capacity[t]) >= least, f"least{k}_{t}"
-            y = [var(f"y{k}_{t}_{i}", 0, length, pulp.LpContinuous) for i, (_, length) in enumerate(segments)]
-            if y:
-                prob += pulp.lpSum(y) <= pulp.lpSum(capacity[t]) - least, f"serve{k}_{t}"
-            terms.append(base + pulp.lpSum(slope * yi for (slope, _), yi in zip(segments, y)))
-        costs.append(pulp.lpSum(reservation_cost) + pulp.lpSum(terms))
-    if len(scenarios) == 1:
-        prob += costs[0]
-    else:
-        if best is None or len(best) != len(scenarios):
-            raise ValueError("a robust solve needs each scenario's best cost")
-        regret = var("regret", None, None, pulp.LpContinuous)
-        prob += regret
-        for k, base_cost in enumerate(best):
-            prob += regret >= costs[k] - base_cost, f"regret{k}"
-    _run(prob, gap, time_limit_s)
+                milp.row(capacity[t], least, math.inf)
+            if segments:
+                y = [milp.column(0.0 if robust else slope, 0, length) for slope, length in segments]
+                row = {yi: 1.0 for yi in y}
+                row.update({j: -v for j, v in capacity[t].items()})
+                milp.row(row, -math.inf, -least)
+                if robust:
+                    scenario_cost.update({yi: slope for yi, (slope, _) in zip(y, segments)})
+        if robust:
+            # regret >= cost_k - best_k
+            row = {j: -v for j, v in scenario_cost.items()}
+            row[regret] = 1.0
+            milp.row(row, constant - best[k], math.inf)
+        else:
+            milp.constant += constant
+    values = milp.solve(gap=gap, time_limit_s=time_limit_s, start=_start_values(start, buys, T, P))
     out = []
-    for option, x in buys:
+    for option, x, _ in buys:
         L = option.term_periods(P)
-        for s, v in enumerate(x):
-            count = round(v.value() or 0)
+        for s, j in enumerate(x):
+            count = round(values[j])
             if count:
                 out.append(Reservation(cls.name, option, s, count, min(L, T - s), charge(option, s, T, P, rule)))
     return out
+
+
+def _start_values(start: Sequence[Reservation], buys: list[tuple[ReservedOption, list[int], list[int]]], T: int,
+                  P: float) -> dict[int, float] | None:
+    """A MIP start from a known plan's reservations (its purchases and active counts); HiGHS completes the rest."""
+    if not start:
+        return None
+    values: dict[int, float] = {}
+    for option, x, a in buys:
+        bought = np.zeros(T)
+        for r in start:
+            if r.option == option:
+                bought[r.start_period] += r.count
+        L = option.term_periods(P)
+        active = np.cumsum(bought) - np.concatenate([np.zeros(min(L, T)), np.cumsum(bought)[:max(0, T - L)]])
+        values.update({j: float(v) for j, v in zip(x, bought)})
+        values.update({j: float(v) for j, v in zip(a, active)})
+    return values
 
 
 def evaluate(demand: Demand, offers: Mapping[str, ClassOffers], reservations: Sequence[Reservation],
@@ -264,13 +310,3 @@ def evaluate(demand: Demand, offers: Mapping[str, ClassOffers], reservations: Se
         cost = spot * (spot_price if spot_price < math.inf else 0.0) + od * (od_price if od_price < math.inf else 0)
         served[cls.name] = ClassPeriods(D, cap, used, spot, od, cost)
     return CapacityPlan(demand, rule, tuple(reservations), served)
-
-
-def _run(prob: pulp.LpProblem, gap: float, time_limit_s: float) -> None:
-    solver = pulp.HiGHS(msg=False, gapRel=gap, timeLimit=time_limit_s)
-    if not solver.available():
-        solver = pulp.PULP_CBC_CMD(msg=False, gapRel=gap, timeLimit=time_limit_s)
-    with _quiet_stdout():
-        prob.solve(solver)
-    if prob.status != pulp.LpStatusOptimal:
-        raise SolverError(f"the capacity model did not solve (status {pulp.LpStatus[prob.status]})")

@@ -68,7 +68,7 @@ def make_report(demand: Demand, offers: Mapping[str, ClassOffers], rule: str, al
     optima = {1.0: plan}
     for factor in (0.8, 1.2):
         scaled = demand.scaled(factor)
-        optimum = solve(scaled, offers, rule)
+        optimum = solve(scaled, offers, rule, start=plan.reservations)
         optima[factor] = optimum
         held = evaluate(scaled, offers, plan.reservations, rule)
         sensitivity[_scenario_key(factor)] = {"optimal_tco_usd": optimum.tco_usd, "this_plan_tco_usd": held.tco_usd}
@@ -76,13 +76,31 @@ def make_report(demand: Demand, offers: Mapping[str, ClassOffers], rule: str, al
     if robust:
         per_class = {f: class_costs(demand.scaled(f), offers, optima[f]) for f in SCENARIOS}
         best = {c.name: [per_class[f][c.name] for f in SCENARIOS] for c in demand.classes}
-        robust_plan = solve(demand, offers, rule, scenarios=SCENARIOS, best=best)
+        robust_plan = solve(demand, offers, rule, scenarios=SCENARIOS, best=best,
+                            start=least_regret_start(demand, offers, rule, optima, best))
         for factor in SCENARIOS:
             cost = evaluate(demand.scaled(factor), offers, robust_plan.reservations, rule).tco_usd
             sensitivity.setdefault(_scenario_key(factor), {})["robust_tco_usd"] = cost
         sensitivity[_scenario_key(1.0)]["optimal_tco_usd"] = plan.tco_usd
         sensitivity[_scenario_key(1.0)]["this_plan_tco_usd"] = plan.tco_usd
     return CapacityReport(demand, offers, plan, single, sensitivity, robust_plan, list(demand.notes))
+
+
+def least_regret_start(demand: Demand, offers: Mapping[str, ClassOffers], rule: str,
+                       optima: Mapping[float, CapacityPlan], best: Mapping[str, list[float]]) -> list[Reservation]:
+    """Per class, the scenario optimum whose reservations have the least worst regret: the robust
+    solve's first incumbent (a good one lets HiGHS prune from the start)."""
+    worst: dict[float, dict[str, float]] = {}
+    for source, candidate in optima.items():
+        costs = [class_costs(demand.scaled(f), offers, evaluate(demand.scaled(f), offers, candidate.reservations, rule))
+                 for f in SCENARIOS]
+        worst[source] = {c.name: max(costs[k][c.name] - best[c.name][k] for k in range(len(SCENARIOS)))
+                         for c in demand.classes}
+    out: list[Reservation] = []
+    for c in demand.classes:
+        pick = min(optima, key=lambda f: worst[f][c.name])
+        out.extend(r for r in optima[pick].reservations if r.demand_class == c.name)
+    return out
 
 
 def _scenario_key(factor: float) -> str:

@@ -22,7 +22,16 @@ and higher, and a plan robust to both (min-max regret). --json prints one object
 (tco_usd, baselines, reservations, periods, ...). See docs/capacity.md.
 
   planner capacity DEMAND.toml [--json] [--plot PNG] [--catalog PATH]
-  planner capacity replay TRACE [options]     (planner capacity replay --help)"""
+  planner capacity replay TRACE [options]     (planner capacity replay --help)
+  planner capacity --queue QUEUE.toml [--json] [--catalog PATH]
+
+Queue mode (--queue): schedule a queue of jobs (each a job.toml, or its keys inline:
+work, throughput, deadline, budget) onto the reservations the team holds and elastic
+spot/on-demand capacity, in time slots of slot_hours. Each job runs on one pool per slot,
+at its effective throughput there (its own speed on that GPU type, DDP scaling, spot net
+of expected preemption loss, as Gavel does); the MILP meets every deadline at the least
+elastic spend and prints each job's schedule and the nodes to run per slot.
+`planner run QUEUE.toml` runs the jobs as scheduled. An infeasible queue exits 2 naming the job."""
 
 REPLAY_DESCRIPTION = """\
 Replay a job trace (submit_time_s,duration_s,num_gpus[,gpu_type]) period by period, deciding
@@ -50,6 +59,9 @@ def _plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--catalog", metavar="PATH", help="price catalog (a SkyPilot v8 directory or offerings CSV); "
                                                       "default: the embedded snapshot")
     p.add_argument("--no-robust", action="store_true", help="skip the robust plan (saves three solves)")
+    p.add_argument("--queue", metavar="QUEUE.toml",
+                   help="schedule a queue of jobs onto held reservations and spot/on-demand, slot by slot "
+                        "(see docs/capacity.md, 'Queue mode')")
 
 
 def replay_parser() -> argparse.ArgumentParser:
@@ -99,6 +111,10 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         for key, value in vars(more).items():
             if value not in (None, False):
                 setattr(args, key, value)
+    if args.queue:
+        if args.demand:
+            raise PlannerError(f"planner capacity: give either DEMAND ({args.demand}) or --queue {args.queue}, not both")
+        return handle_queue(args, console)
     if not args.demand:
         raise PlannerError("planner capacity: give the demand file, e.g. `planner capacity examples/capacity/team.toml`"
                            " (or `planner capacity replay TRACE`)")
@@ -128,6 +144,22 @@ def handle_plan(args: argparse.Namespace, console: Console) -> int:
         render(report, console)
         if args.plot:
             console.print(f"[dim]chart written to {args.plot}[/]")
+    return 0
+
+
+def handle_queue(args: argparse.Namespace, console: Console) -> int:
+    from planner.capacity.queue import schedule
+    from planner.capacity.queue_report import render, schedule_json
+    from planner.capacity.queue_spec import load_queue
+    from pricing.sources import resolve_catalog
+
+    spec = load_queue(args.queue)
+    catalog = resolve_catalog(args.catalog, use_cache=False)
+    result = schedule(spec, catalog)
+    if args.json:
+        print(json.dumps(schedule_json(result), indent=2))
+    else:
+        render(result, console)
     return 0
 
 

@@ -61,7 +61,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "See docs/run.md."
         ),
     )
-    p.add_argument("job", metavar="JOB", nargs="?", help="path of the job.toml file (omit with --resume)")
+    p.add_argument("job", metavar="JOB", nargs="?",
+                   help="path of the job.toml file (omit with --resume), or of a queue file (QUEUE.toml, see "
+                        "`planner capacity --queue`): its jobs run as scheduled, one run directory each")
     p.add_argument("--plan", metavar="PLAN.json", help="follow this plan (`planner quote --json` output)")
     p.add_argument("--run-dir", metavar="DIR", help="where the run keeps its files (default runs/<job>-<time>)")
     p.add_argument("--resume", metavar="RUN_DIR",
@@ -155,6 +157,12 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             raise RuntimeFailure("--budget-usd goes with --resume RUN_DIR; for a new run set [constraints] budget_usd")
         if not args.job:
             raise RuntimeFailure("give a JOB file to run, or --resume RUN_DIR")
+        from planner.capacity.queue_spec import is_queue_file
+
+        if is_queue_file(args.job):  # a queue: scheduled, then each job runs through its own controller
+            from planner.commands.run_queue import run_queue_command
+
+            return run_queue_command(args, console, tuning)
         job = load_job(args.job)
         provider = args.provider or job.run.provider
         # An unknown provider, options it does not take or a checkpoint dir its nodes cannot

@@ -1,0 +1,105 @@
+"""A small sparse MILP handed straight to HiGHS (highspy), for the capacity models.
+
+The capacity models are a few thousand columns per GPU class and are solved many times per
+report (plan, single-option baselines, +-20%, robust, replay); building them through PuLP's
+expression objects cost as much as some of the solves, and PuLP's HiGHS interface cannot pass
+a MIP start.  Columns and rows are collected as arrays and passed to HiGHS in one call.
+
+Solver options: a small cut pool and no restarts.  On the mixed-node-size benchmark
+(bench/capacity.py, synthetic case) HiGHS otherwise spends most of its time in root cut
+separation that barely moves the bound (thousands of cuts per round); these options change
+how it searches, not what it proves: the gap stays ``gap`` (1e-6 by default).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import highspy
+import numpy as np
+
+from planner.errors import SolverError
+from planner.milp import _quiet_stdout
+
+SEARCH_OPTIONS = {"mip_pool_soft_limit": 20, "mip_allow_restart": False}
+
+
+class SparseMilp:
+    """Minimise ``cost @ x + constant`` subject to row bounds; columns may be integer."""
+
+    def __init__(self) -> None:
+        self.cost: list[float] = []
+        self.lower: list[float] = []
+        self.upper: list[float] = []
+        self.integer: list[bool] = []
+        self.row_lower: list[float] = []
+        self.row_upper: list[float] = []
+        self._starts: list[int] = [0]
+        self._index: list[int] = []
+        self._value: list[float] = []
+        self.constant = 0.0
+
+    @property
+    def columns(self) -> int:
+        return len(self.cost)
+
+    def column(self, cost: float, lower: float, upper: float, *, integer: bool = False) -> int:
+        self.cost.append(float(cost))
+        self.lower.append(float(lower))
+        self.upper.append(math.inf if upper is None else float(upper))
+        self.integer.append(integer)
+        return len(self.cost) - 1
+
+    def row(self, coefficients: Mapping[int, float], lower: float = -math.inf, upper: float = math.inf) -> int:
+        for j, v in coefficients.items():
+            if v:
+                self._index.append(j)
+                self._value.append(float(v))
+        self._starts.append(len(self._index))
+        self.row_lower.append(float(lower))
+        self.row_upper.append(float(upper))
+        return len(self.row_lower) - 1
+
+    def solve(self, *, gap: float = 1e-6, abs_gap: float | None = None, time_limit_s: float = 120.0,
+              start: Mapping[int, float] | None = None) -> np.ndarray:
+        """The optimal column values; ``start`` (column -> value, integers at least) is a MIP start."""
+        with _quiet_stdout():  # HiGHS prints its banner from C++ on first use; `--json` output must stay clean
+            h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("mip_rel_gap", gap)
+        if abs_gap is not None:
+            h.setOptionValue("mip_abs_gap", abs_gap)
+        h.setOptionValue("time_limit", float(time_limit_s))
+        for key, value in SEARCH_OPTIONS.items():
+            h.setOptionValue(key, value)
+        lp = highspy.HighsLp()
+        lp.num_col_ = self.columns
+        lp.num_row_ = len(self.row_lower)
+        lp.col_cost_ = np.asarray(self.cost, dtype=float)
+        lp.col_lower_ = np.asarray(self.lower, dtype=float)
+        lp.col_upper_ = np.asarray(self.upper, dtype=float)
+        lp.row_lower_ = np.asarray(self.row_lower, dtype=float)
+        lp.row_upper_ = np.asarray(self.row_upper, dtype=float)
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+        lp.a_matrix_.start_ = np.asarray(self._starts, dtype=np.int32)
+        lp.a_matrix_.index_ = np.asarray(self._index, dtype=np.int32)
+        lp.a_matrix_.value_ = np.asarray(self._value, dtype=float)
+        lp.offset_ = self.constant
+        if any(self.integer):
+            kinds = highspy.HighsVarType
+            lp.integrality_ = [kinds.kInteger if i else kinds.kContinuous for i in self.integer]
+        h.passModel(lp)
+        if start:
+            index = np.fromiter(start.keys(), dtype=np.int32, count=len(start))
+            value = np.fromiter(start.values(), dtype=float, count=len(start))
+            h.setSolution(len(start), index, value)
+        h.run()
+        status = h.getModelStatus()
+        if status != highspy.HighsModelStatus.kOptimal:
+            raise SolverError(f"the capacity model did not solve (HiGHS status {h.modelStatusToString(status)})")
+        return np.asarray(h.getSolution().col_value, dtype=float)
+
+
+def objective(milp: SparseMilp, values: Sequence[float]) -> float:
+    return float(np.dot(milp.cost, values)) + milp.constant

@@ -1,0 +1,57 @@
+"""`planner run QUEUE.toml`: schedule the queue (as `planner capacity --queue` does), then run each job.
+
+Kept apart from `planner run JOB` (planner/commands/run.py), which only hands a queue file over."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from planner.errors import PlannerError
+
+
+def run_queue_command(args: argparse.Namespace, console: Console, tuning: Any) -> int:
+    from planner.capacity.queue import schedule
+    from planner.capacity.queue_report import render
+    from planner.capacity.queue_spec import load_queue
+    from planner.tables import Column, fitted_table
+    from pricing.sources import resolve_catalog
+    from runtime.control.queue_run import QueueRunOptions, run_queue
+
+    refused = [flag for flag, given in (("--plan", args.plan), ("--chaos", args.chaos), ("--detach", args.detach))
+               if given]
+    if refused:
+        raise PlannerError(f"{args.job}: a queue runs as `planner capacity --queue` schedules it; {', '.join(refused)} "
+                           "go with one job (run that job's file, or its run directory with --resume)")
+    spec = load_queue(args.job)
+    catalog = resolve_catalog(args.catalog, use_cache=not args.no_cache)
+    result = schedule(spec, catalog)
+    if not args.json:
+        render(result, console)
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_root = Path(args.run_dir or f"runs/{spec.name}-{stamp}")
+    console.print(f"queue run directory: {run_root} (one run directory per job)")
+
+    def event(job: str, record: dict[str, Any]) -> None:
+        if record["event"] in ("launch", "launch_end", "replan", "preemption", "run_end") and not args.json:
+            console.print(f"[dim]{escape(job)}[/]: {escape(record['event'])} "
+                          f"{escape(str(record.get('pool') or record.get('status') or record.get('outcome') or ''))}",
+                          highlight=False)
+
+    options = QueueRunOptions(catalog=args.catalog, provider=args.provider, time_scale=args.time_scale,
+                              policy=args.policy, use_cache=not args.no_cache, tuning=tuning)
+    out = run_queue(result, run_root, options, on_event=event)
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        rows = [[j["job"], j["status"], f"${j.get('cost_usd', 0):,.4f}", f"{j.get('hours', 0):.3f}", j["run_dir"]]
+                for j in out["jobs"]]
+        console.print(fitted_table([Column("job"), Column("status"), Column("cost", "right"), Column("hours", "right"),
+                                    Column("run directory", drop=1)], rows, width=console.width))
+    return 0 if out["status"] == "completed" else 1
