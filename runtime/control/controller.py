@@ -35,6 +35,7 @@ controller sees only notices and node states.
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -789,7 +790,11 @@ class Controller:
             return record.start_step
         hours = (record.released_at - record.training_at) / 3600
         per_step = units_per_step(self.job, self.store)
-        return record.training_step + int(hours * self.state.rate(self.job, record.pool, record.nodes) / per_step)
+        reached = record.training_step + int(hours * self.state.rate(self.job, record.pool, record.nodes) / per_step)
+        if self.job.workload.unit == "gpu_hours":  # no step count to bound it by
+            return reached
+        # A launch cannot get past the job's last step, however slow its release was.
+        return min(reached, math.ceil(self.job.workload.amount / per_step))
 
     def _measure(self, record: LaunchRecord, status: contract.RunStatus | None) -> None:
         if record.training_at is None or record.training_step is None or status is None or status.state == "running":

@@ -81,6 +81,18 @@ def test_a_reclaim_after_the_final_checkpoint_committed_ends_the_run_completed(t
     assert summary["final_checkpoint"].endswith("step-300")
 
 
+def test_the_steps_lost_to_a_reclaim_never_count_past_the_jobs_last_step(tmp_path: Path) -> None:
+    # Workers ten times slower than the table: the controller's estimate of where a launch
+    # killed without a notice had got to (its time x the table's speed) overshoots the job.
+    run = start_run(tmp_path, script(steps_per_s=SPEED * SCALE / 10,
+                                     reclaims=(Reclaim("l-1", after_s=50.0, notice=False),)))
+    summary = run.run()
+    assert summary["status"] == "completed" and summary["steps"] == 300
+    end = run.events("launch_end")[0]
+    assert end["outcome"] == "preempted" and end["committed_step"] == 250
+    assert end["reached_step"] <= 300 and 0 <= summary["lost_steps"] <= 300 - 250
+
+
 def test_a_crash_is_retried_on_the_same_pool(tmp_path: Path) -> None:
     run = start_run(tmp_path, script(exits={"l-1": 3}), max_restarts=1)
     summary = run.run()
