@@ -135,6 +135,9 @@ queue_wait_hours = 0
 [overheads]
 restart_minutes = 1
 
+[objective]
+tolerance = 0  # the exact optimum: both pods (a simpler plan within tolerance would be one)
+
 [run]
 entrypoint = ["python", "train.py", "--steps", "{STEPS}", "--sleep", "{SLEEP}"]
 provider = "kubernetes"
