@@ -58,6 +58,7 @@ __all__ = [
     "relative_prices",
     "replan",
     "replan_or_late",
+    "spot_interruption_rates",
 ]
 
 
