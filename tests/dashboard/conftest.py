@@ -122,7 +122,10 @@ def browser(chromium_path):
             pytest.fail(message)
         pytest.skip(message)
     with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(chromium_path), args=CHROMIUM_ARGS)
+        # Not under libfaketime (tools/suite_clock_ahead.sh): with a faked calendar Chromium's GPU and
+        # utility processes spin and its pages never settle; the server under test keeps the fake clock.
+        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("FAKETIME")}
+        chromium = p.chromium.launch(executable_path=str(chromium_path), args=CHROMIUM_ARGS, env=env)
         yield chromium
         chromium.close()
 
