@@ -35,7 +35,10 @@ from tests.run.helpers import final_tensors
 
 pytestmark = pytest.mark.ddp
 
-STEPS = 60
+# Long enough that the second notice lands while the second launch still trains: on a loaded
+# machine the stop takes ~7 s (two heartbeats through the object store) from notice to checkpoint,
+# and with 60 steps the resumed launch finished first (one preemption instead of two).
+STEPS = 120
 SLEEP = 0.15
 
 
