@@ -541,9 +541,11 @@ class ArmServer:
 
 def arm_server_fixture(tmp_path_factory: Any, monkeypatch: Any) -> Any:
     """Body of the tests' ``arm`` fixture: a started server, this process's Azure env pointed at it."""
-    server = ArmServer(tmp_path_factory.mktemp("arm"), op_s=0.2).start()
+    # The environment is set before the server's thread starts: setenv() while another thread
+    # reads the environment in C (libfaketime does, in the clock-ahead suite) can crash glibc.
+    server = ArmServer(tmp_path_factory.mktemp("arm"), op_s=0.2)
     for key, value in server.environment().items():
         monkeypatch.setenv(key, value)
     for key in ("AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_CLIENT_SECRET", "AZURE_FEDERATED_TOKEN_FILE", "MSI_ENDPOINT"):
         monkeypatch.delenv(key, raising=False)
-    return server
+    return server.start()
