@@ -73,7 +73,7 @@ def run_queue(schedule: QueueSchedule, run_root: Path, options: QueueRunOptions,
     run_root.mkdir(parents=True, exist_ok=True)
     order = sorted((j for j in schedule.jobs if j.segments), key=lambda j: (j.segments[0].start_slot, j.job.name))
     today = dt.date.today()
-    origin = time.time()
+    origin, origin_mono = time.time(), time.monotonic()  # slot k starts (k * slot_hours / time_scale) after these
     prepared = []
     for js in order:
         name = js.job.name
@@ -87,7 +87,7 @@ def run_queue(schedule: QueueSchedule, run_root: Path, options: QueueRunOptions,
 
     def one(js: JobSchedule, job: JobSpec, provider: str, plan_path: Path, run_dir: Path) -> None:
         start_s = js.segments[0].start_slot * schedule.spec.slot_hours * 3600.0
-        wait = start_s / options.time_scale - (time.time() - origin)
+        wait = start_s / options.time_scale - (time.monotonic() - origin_mono)
         if wait > 0:
             time.sleep(wait)
         try:
@@ -110,7 +110,7 @@ def run_queue(schedule: QueueSchedule, run_root: Path, options: QueueRunOptions,
         t.start()
     for t in threads:
         t.join()
-    out = {"queue": schedule.spec.name, "jobs": [results[js.job.name] | {"job": js.job.name} for js in order],
+    out = {"queue": schedule.spec.name, "origin": origin, "jobs": [results[js.job.name] | {"job": js.job.name} for js in order],
            "status": "completed" if all(r["status"] == "completed" for r in results.values()) else "incomplete"}
     atomic_file.write_text(run_root / QUEUE_FILE, json.dumps(out, indent=2), mode=0o600)
     if errors and not any(r["status"] == "completed" for r in results.values()):
