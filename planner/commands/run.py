@@ -28,7 +28,7 @@ EXIT_NOT_COMPLETED = 1
 
 _SHOWN = {
     "plan": "plan: {pool} (expected ${expected_cost_usd:.2f}, {expected_hours:.2f} h)",
-    "decision": "policy {policy}: {target} -- {reason}",
+    "decision": "policy {policy}: {choice} -- {reason}",
     "replan": "re-plan ({reason}): {pool}",
     "deadline_miss": "deadline miss ({action}): {reason}",
     "provision_failed": "no capacity for {pool}: {reason}",
@@ -93,6 +93,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="how long nodes wait for each other at rendezvous (default 60)")
     p.add_argument("--json", action="store_true", help="print summary.json at the end instead of a table")
     p.set_defaults(handler=handle)
+
+
+def _choice(target: str | None) -> str:
+    """What a policy decision means for the run: a spot pool id only says "spot" -- the re-plan
+    that follows chooses the pool (and may choose another spot pool than the policy looked at)."""
+    if target is None:
+        return "wait for spot"
+    if target in ("on_demand", "cluster"):
+        return target
+    return "spot (the re-plan chooses the pool)"
 
 
 def _positive(text: str) -> float:
@@ -270,6 +280,8 @@ class _View:
             return
         if record["event"] in ("plan", "replan") and record.get("pool") is None:
             template = "no plan: {reason}"
+        if record["event"] == "decision":
+            record = {**record, "choice": _choice(record.get("target"))}
         try:
             text = template.format(**record)
         except (KeyError, ValueError):

@@ -70,6 +70,9 @@ def test_preemptions_of_every_notice_kind_end_bitwise_equal(reference: dict[str,
     assert shown and all(line.startswith("sim ") for line in shown)
     notices = re.findall(r"notice on .*?(?=\nsim |\Z)", out, flags=re.S)
     assert len(notices) == 3 and all(" ".join(n.split()).endswith("[wall clock]") for n in notices)
+    # A decision says what the policy chose (spot, on-demand, wait), never a pool the re-plan may not take.
+    choices = re.findall(r"policy danlu: (.*?) -- ", " ".join(out.split()))
+    assert len(choices) == 3 and set(choices) <= {"spot (the re-plan chooses the pool)", "on_demand", "wait for spot"}
     run_dir = tmp_path / "run"
     assert rc == 0, summary
     assert summary["status"] == "completed" and summary["steps"] == STEPS
