@@ -506,8 +506,6 @@ class Controller:
         if self.provider.host_startup and self.clock.scale > 1:
             self.clock.pause()  # until the workers train: this host's start-up is not the cloud's
         try:
-            if self.state.launches:
-                self._rewind_tracking(start_step)
             return self._provision_and_follow(pool, count, launch_id, start_step)
         finally:
             self.clock.resume()
@@ -535,6 +533,8 @@ class Controller:
                                       hourly_usd=pool.hourly_usd, start=start, reason="launch")
             self.events.emit("node_up", t=start, node=node.id, pool=pool.id, purchase=pool.purchase,
                              hourly_usd=pool.hourly_usd, launch=launch_id)
+        if len(self.state.launches) > 1:
+            self._rewind_tracking(start_step)  # while the nodes boot, before anything of this launch logs
         self.provider.wait_ready(nodes, timeout_s=self.tuning.rdzv_timeout_s)
         # A request the last launch never acted on must not stop this one.
         (self.work_dir / contract.CONTROL_FILE).unlink(missing_ok=True)
