@@ -172,6 +172,7 @@ def test_a_launch_that_starts_over_after_a_lost_one_replaces_its_tensorboard_val
 
 def test_an_mlflow_rewind_is_idempotent_and_clears_a_copy_a_crash_left(tmp_path, monkeypatch) -> None:
     pytest.importorskip("mlflow")
+    from mlflow.entities import Param
     from mlflow.tracking import MlflowClient
 
     from runtime.tracking.mlflow_backend import KEY_TAG, REWINDING_TAG, SUPERSEDED_TAG, MlflowBackend
@@ -184,7 +185,7 @@ def test_an_mlflow_rewind_is_idempotent_and_clears_a_copy_a_crash_left(tmp_path,
     backend.open(resumed_step=0)
     for step in range(1, 8):
         backend.log_metrics(step, {"loss": 1.0 / step})
-    backend.client.log_batch(backend.run_id, params=[__import__("mlflow").entities.Param("lr", "0.1")])
+    backend.client.log_batch(backend.run_id, params=[Param("lr", "0.1")])
     first = backend.run_id
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("e").experiment_id
