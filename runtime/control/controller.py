@@ -90,6 +90,7 @@ from runtime.providers.base import (
 )
 from runtime.providers.notices import INTERRUPTION, Notice
 from runtime.tracking import final as tracking_final
+from runtime.tracking import rewind as tracking_rewind
 from runtime.tracking import setup as tracking_setup
 from runtime.tracking.launch import launch_env as tracking_env
 from runtime.tracking.meter import Meter, write_meter
@@ -356,6 +357,17 @@ class Controller:
         for problem in tracking_setup.prepare_trackers(self.run_dir, self.job, cwd=self.state.cwd):
             self.events.emit("tracking_problem", message=problem)
 
+    def _rewind_tracking(self, step: int) -> None:
+        """Before a launch resumes at ``step``: the trackers that would keep two values of a step trained
+        again forget the lost launch's (runtime.tracking.rewind)."""
+        if not self.job.tracking.enabled:
+            return
+        done, problems = tracking_rewind.rewind_trackers(self.run_dir, self.job, step=step, cwd=self.state.cwd)
+        for what in done:
+            self.events.emit("tracking_rewind", step=step, message=what)
+        for problem in problems:
+            self.events.emit("tracking_problem", message=problem)
+
     def _publish_tracking(self) -> None:
         """The run report into the job's trackers; a tracker's failure is an event, never the run's."""
         try:
@@ -521,6 +533,8 @@ class Controller:
                                       hourly_usd=pool.hourly_usd, start=start, reason="launch")
             self.events.emit("node_up", t=start, node=node.id, pool=pool.id, purchase=pool.purchase,
                              hourly_usd=pool.hourly_usd, launch=launch_id)
+        if len(self.state.launches) > 1:
+            self._rewind_tracking(start_step)  # while the nodes boot, before anything of this launch logs
         self.provider.wait_ready(nodes, timeout_s=self.tuning.rdzv_timeout_s)
         # A request the last launch never acted on must not stop this one.
         (self.work_dir / contract.CONTROL_FILE).unlink(missing_ok=True)

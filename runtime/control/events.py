@@ -16,7 +16,8 @@ Kinds: ``run_started``, ``run_resumed``, ``plan``, ``decision``, ``replan``,
 ``node_down``, ``provision_failed`` (no capacity), ``launch``, ``training``, ``chaos``,
 ``notice``, ``checkpoint_request``, ``launch_end``, ``throughput``, ``preemption``,
 ``failure``, ``budget_cap``, ``recovered``, ``run_end``, ``tracking_problem`` (a tracker could not
-take the run report; the run's end is unchanged).
+be set up, rewound or given the run report; the run goes on, its end is unchanged),
+``tracking_rewind`` (before a resuming launch, a tracker's values past its step were set apart).
 """
 
 from __future__ import annotations

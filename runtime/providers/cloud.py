@@ -18,7 +18,8 @@ returning its :class:`~runtime.providers.cloud_api.ComputeAPI`. Everything else 
   node 0's reported address:port as the c10d endpoint.
 * **poll**: heartbeats (read every ``sync_s``) and the API (every ``describe_s``):
   TERMINATED/STOPPING without our asking is RECLAIMED; status.json is mirrored down into
-  the controller's ``DANLU_RUN_DIR``, control.json up, log tails into ``launch.log_dir``.
+  the controller's ``DANLU_RUN_DIR``, control.json and the trackers' meter.json up, log
+  tails into ``launch.log_dir``.
 * **terminate**: asks running agents to stop (``stop.json``: SIGTERM to torchrun, the
   workers checkpoint), waits ``grace_s``, deletes the instances and returns only when the
   API says TERMINATED -- the controller closes the billing interval then.
@@ -65,6 +66,8 @@ from runtime.providers.cloud_api import (
 )
 from runtime.providers.node_agent import Stage
 from runtime.providers.notices import INTERRUPTION, Notice
+from runtime.tracking.meter import METER_FILE
+from runtime.training.contract import CONTROL_FILE
 
 __all__ = [
     "CloudOptions",
@@ -133,6 +136,8 @@ class _Launch:
     spec: LaunchSpec
     nodes: list[str]
     control_sent: bytes | None = None
+    meter_sent: bytes | None = None
+    meter_pushed_at: float = float("-inf")
     status_seen: bytes | None = None
 
 
@@ -455,19 +460,34 @@ class CloudProvider(Provider):
         return NodeStatus(node_id, NodeState.READY)
 
     def _push_control(self, nodes: Sequence[Node]) -> None:
-        """control.json up as soon as the controller writes it (a local read per poll is cheap)."""
+        """The controller's files for the workers up to the stage, where the agents mirror them down.
+
+        control.json as soon as the controller writes it (a local read per poll is cheap);
+        the trackers' meter.json, rewritten at every controller heartbeat, at most once per
+        node heartbeat -- the agents read it no more often than that.
+        """
+        now = time.monotonic()
         for launch_id in {self._get(n).launch for n in nodes if self._get(n).launch}:
             launch = self._launches.get(launch_id)
             if launch is None:
                 continue
-            local = Path(launch.spec.env.get("DANLU_RUN_DIR", "")) / "control.json"
-            try:
-                data = local.read_bytes()
-            except (FileNotFoundError, IsADirectoryError):
-                continue
-            if data != launch.control_sent:
-                self.stage.write_bytes(data, "launches", launch_id, "control.json")
-                launch.control_sent = data
+            work = Path(launch.spec.env.get("DANLU_RUN_DIR", ""))
+            launch.control_sent = self._push_file(work / CONTROL_FILE, launch_id, launch.control_sent)
+            if now - launch.meter_pushed_at >= self.options.heartbeat_s:
+                sent = launch.meter_sent
+                launch.meter_sent = self._push_file(work / METER_FILE, launch_id, sent)
+                if launch.meter_sent != sent:
+                    launch.meter_pushed_at = now
+
+    def _push_file(self, local: Path, launch_id: str, sent: bytes | None) -> bytes | None:
+        """Upload ``local`` to the launch's stage folder unless it is what was sent; returns what was sent."""
+        try:
+            data = local.read_bytes()
+        except (FileNotFoundError, IsADirectoryError):
+            return sent
+        if data != sent:
+            self.stage.write_bytes(data, "launches", launch_id, local.name)
+        return data
 
     def _sync(self, nodes: Sequence[Node], *, force: bool = False) -> None:
         now = time.monotonic()

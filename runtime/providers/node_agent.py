@@ -10,6 +10,7 @@ talks to the controller only through the run's *stage* in object storage (layout
     torchrun (argv, never a shell) in the unpacked bundle, DANLU_RUN_DIR node-local
     status.json (rank 0's node)    -> <stage>/launches/<launch>/status.json
     control.json                   <- <stage>/launches/<launch>/control.json
+    meter.json ([tracking] runs)   <- <stage>/launches/<launch>/meter.json (the spend figures)
     stop.json                      <- the controller releases the launch: SIGTERM torchrun
     log tail                       -> <stage>/nodes/<node>/log.txt
 
@@ -38,6 +39,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from runtime.tracking import ENV_TRACKING
+from runtime.tracking.meter import METER_FILE
+from runtime.training.contract import CONTROL_FILE
+
 __all__ = [
     "CONFIG_ENV",
     "NodeAgent",
@@ -51,6 +56,9 @@ log = logging.getLogger("runtime.providers.node_agent")
 CONFIG_ENV = "DANLU_AGENT_CONFIG"
 LOG_TAIL_BYTES = 64 * 1024
 PYTHON_NAMES = ("python", "python3", Path(sys.executable).name)
+MIRRORED_DOWN = (CONTROL_FILE, METER_FILE)
+"""The controller's files for the workers: checkpoint requests, and (a launch with ``DANLU_TRACKING``)
+the spend figures the trackers log."""
 
 
 class Stage:
@@ -59,7 +67,7 @@ class Stage:
     ::
 
         <stage>/bundle-<sha256>.tar.gz
-        <stage>/launches/<launch>/{spec,control,status,stop}.json
+        <stage>/launches/<launch>/{spec,control,meter,status,stop}.json
         <stage>/nodes/<node>/{heartbeat,ack}.json, log.txt
     """
 
@@ -177,7 +185,8 @@ class NodeAgent:
         self.run_dir: Path | None = None
         self.log_path: Path | None = None
         self._status_sent: bytes | None = None
-        self._control_seen: bytes | None = None
+        self._seen: dict[str, bytes] = {}  # what was mirrored down, by file name
+        self._mirrored: tuple[str, ...] = ()
         self._stop_at: float | None = None
         self._wake = threading.Event()
         self._watch = None
@@ -287,18 +296,16 @@ class NodeAgent:
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )
         self.launch, self.run_dir, self.returncode, self.state = launch, run_dir, None, "running"
-        self._status_sent = self._control_seen = None
+        self._status_sent = None
+        self._seen = {}
+        self._mirrored = MIRRORED_DOWN if ENV_TRACKING in env else (CONTROL_FILE,)
         self._stop_at = None
         log.info("node %s: launch %s started (pid %d)", self.node, launch, self.process.pid)
 
     def _follow(self, tick: int) -> None:
         assert self.process is not None and self.launch is not None and self.run_dir is not None
-        control = self.stage.read_bytes("launches", self.launch, "control.json")
-        if control is not None and control != self._control_seen:
-            from danlu import atomic_file
-
-            atomic_file.write_bytes(self.run_dir / "control.json", control, mode=0o600)
-            self._control_seen = control
+        for name in self._mirrored:
+            self._mirror_down(name)
         stop = self.stage.read_json("launches", self.launch, "stop.json")
         if stop is not None and self._stop_at is None:
             self._stop_at = time.monotonic() + float(stop.get("grace_s", 10.0))
@@ -313,6 +320,17 @@ class NodeAgent:
             self.done.add(self.launch)
             self.returncode, self.state, self.process = rc, "exited", None
             log.info("node %s: launch %s exited with %d", self.node, self.launch, rc)
+
+    def _mirror_down(self, name: str) -> None:
+        """The controller's file for the workers, from the stage into the node-local run dir (atomically:
+        the session reads it at any moment)."""
+        assert self.run_dir is not None and self.launch is not None
+        data = self.stage.read_bytes("launches", self.launch, name)
+        if data is not None and data != self._seen.get(name):
+            from danlu import atomic_file
+
+            atomic_file.write_bytes(self.run_dir / name, data, mode=0o600)
+            self._seen[name] = data
 
     def _signal(self, sig: signal.Signals) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -424,6 +424,7 @@ _SHOWN = {
     "recovered": "recovered after a controller restart (released {stale_nodes})",
     "run_end": "ended: {status}",
     "tracking_problem": "tracking: {message}",
+    "tracking_rewind": "tracking: {message}",
 }
 
 

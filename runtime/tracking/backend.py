@@ -19,7 +19,11 @@ class Backend(Protocol):
     name: str
 
     def open(self, *, resumed_step: int | None) -> None:
-        """Find the run's tracker run by its key (or start it); ``resumed_step``: this launch resumed there."""
+        """Find the run's tracker run by its key (or start it).
+
+        ``resumed_step``: a training launch's starting step (0 from scratch), after which it logs;
+        None when the controller opens the tracker (set-up, rewind, the final report).
+        """
 
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None: ...
 

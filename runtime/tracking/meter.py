@@ -2,8 +2,11 @@
 
 The controller knows the money (the ledger, the forecast, the pool); the session knows the
 step. At every heartbeat of a run with ``[tracking]`` the controller replaces this small
-file (atomically) in the workers' run directory, and the session logs what it says at the
-step it is at::
+file (atomically) in its run directory's ``work/``, the workers' ``DANLU_RUN_DIR`` on the
+local provider. On a cloud the provider puts it in the launch's stage folder beside
+``control.json`` (:mod:`runtime.providers.cloud`) and each node's agent mirrors it into the
+node's own run directory (:mod:`runtime.providers.node_agent`). Either way the session only
+reads a local file and logs what it says at the step it is at::
 
     {"t": 1796040000.0, "spent_usd": 0.0123, "burn_usd_per_hour": 0.18, "forecast_usd": 0.062,
      "budget_usd": 5.0, "preemptions": 1, "replans": 1, "lost_steps": 0, "launch": "l-2",

@@ -64,5 +64,8 @@ def open_for_session(work_dir: str | os.PathLike[str], *, resumed_step: int | No
     launch = TrackingLaunch.from_env(environ)
     if launch is None:
         return None
-    hub = TrackerHub(build_backends(launch, cwd=Path.cwd()), resumed_step=resumed_step)
+    # A launch that starts from scratch after a lost one (no checkpoint had committed) trains
+    # steps 1.. again: for the trackers it resumed at step 0.
+    start = resumed_step if resumed_step is not None else 0
+    hub = TrackerHub(build_backends(launch, cwd=Path.cwd()), resumed_step=start)
     return SessionTracking(launch, hub, work_dir)

@@ -1,9 +1,11 @@
 """TensorBoard: event files under ``<log_dir>/<run key>/``, written with tensorboard's own writer.
 
 Not ``torch.utils.tensorboard``: the controller writes the final report here too, and the
-controller never imports torch. A launch that resumed at step N first writes TensorBoard's
-"restart at N+1" marker, so the steps the previous launch trained past its last checkpoint
-(and lost) are dropped from the charts instead of being drawn twice.
+controller never imports torch. Every training launch first writes TensorBoard's "restart at
+N+1" marker, N the step it starts from (0 from scratch) -- what ``SummaryWriter(purge_step=N+1)``
+writes -- so the values a lost launch logged past its last checkpoint are dropped from every
+chart and the re-trained ones are the steps' only values. (They stay in the lost launch's
+event file, which TensorBoard reads in order of creation.)
 
 TensorBoard keeps no files, so the run report goes in as a text summary (its figures) and
 as ``report.html`` beside the event files.

@@ -47,7 +47,8 @@ def write_project(root: Path) -> Path:
 
 
 def write_job(path: Path, *, bucket: str, steps: int, sleep: float, options: dict[str, Any] | None = None,
-              max_restarts: int = 1, max_nodes: int = 2, entrypoint: list[str] | None = None) -> Path:
+              max_restarts: int = 1, max_nodes: int = 2, entrypoint: list[str] | None = None,
+              extra: str = "") -> Path:
     argv = entrypoint or ["python", "train.py", "--steps", str(steps), "--sleep", str(sleep)]
     opts = {"image_id": IMAGE, "heartbeat_s": 1.0, **(options or {})}
     table = "\n".join(f"{k} = {json.dumps(v)}" for k, v in opts.items())
@@ -85,7 +86,7 @@ checkpoint_dir = "s3://{bucket}/ckpt"
 
 [run.options]
 {table}
-""")
+{extra}""")
     return path
 
 

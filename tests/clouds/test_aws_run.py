@@ -225,3 +225,47 @@ def test_planner_cancel_of_a_detached_aws_run_terminates_every_instance_and_clos
         ledger.disconnect()
     assert intervals and all(not i.is_open for i in intervals)
     assert summary["cost_usd"] == pytest.approx(billed_from_events(events(run_dir)), rel=1e-9)
+
+
+def test_the_spend_series_reaches_the_trackers_on_the_nodes_while_the_run_trains(
+    moto, aws_plane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """[tracking] on a cloud: the controller's meter.json goes up to the stage, each node's agent
+    mirrors it into its run dir, and the session logs it beside the loss -- during the run, not
+    only the final figures the controller adds at the end."""
+    pytest.importorskip("s3fs")
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from runtime.tracking.launch import run_key
+
+    steps = 40
+    tb = tmp_path / "tb"
+    project = write_project(tmp_path / "project")
+    catalog = write_catalog(tmp_path / "catalog.csv")
+    job = write_job(tmp_path / "job.toml", bucket=moto.bucket, steps=steps, sleep=0.25, max_nodes=1,
+                    extra=f'\n[tracking]\nevery_steps = 2\n\n[tracking.tensorboard]\nlog_dir = "{tb}"\n')
+    run_dir = tmp_path / "run"
+    monkeypatch.chdir(project)
+    rc = main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(run_dir), "--cooldown", "240"])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert rc == 0 and summary["status"] == "completed" and summary["steps"] == steps, summary
+
+    events = EventAccumulator(str(tb / run_key(run_dir)))
+    events.Reload()
+    spend = sorted(events.Scalars("danlu/spend_usd"), key=lambda e: (e.step, e.wall_time))
+    during = [e for e in spend if e.step < steps]  # the controller's own final figures are at the last step
+    # A heartbeat a second (controller and node) over ~10 s of training: several distinct figures.
+    assert len({e.value for e in during}) >= 3, [(e.step, e.value) for e in spend]
+    assert [e.value for e in during] == sorted(e.value for e in during)
+    assert 0 < during[0].value and during[-1].value <= summary["cost_usd"] * (1 + 1e-6)
+    loss_steps = {e.step for e in events.Scalars("loss")}
+    assert {e.step for e in during} <= loss_steps, "danlu's figures are logged at the session's steps"
+    assert {"danlu/spend_rate_usd_per_hour", "danlu/forecast_usd"} <= set(events.Tags()["scalars"])
+    # The figures went through the run's stage in S3 (moto), beside the launch's control and status files.
+    import fsspec.core
+
+    fs, _ = fsspec.core.url_to_fs(f"s3://{moto.bucket}")
+    fs.invalidate_cache()
+    launch = summary["launches"][0]["launch_id"]
+    assert fs.glob(f"{moto.bucket}/ckpt/_danlu/*/launches/{launch}/meter.json")

@@ -148,3 +148,66 @@ def test_tracking_section_errors_name_the_key(tmp_path, capsys) -> None:
     err = capsys.readouterr().err
     assert "tracking.wandb.mode" in err and "tracking.mlflow.tracking_uri" in err
     assert "secret" not in err
+
+
+def test_a_launch_that_starts_over_after_a_lost_one_replaces_its_tensorboard_values(tmp_path) -> None:
+    """No checkpoint had committed when the first launch was lost: the next one trains from step 0 again,
+    and TensorBoard shows its values only (the restart marker at step 1, as after a resume at N)."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from runtime.tracking.session_hook import open_for_session
+
+    launch = TrackingLaunch(key="k", job="j", run_dir=str(tmp_path), spec=Tracking(every_steps=1, tensorboard={
+        "log_dir": str(tmp_path / "tb")}))
+    for number, steps in ((1.0, range(1, 6)), (2.0, range(1, 9))):
+        tracking = open_for_session(tmp_path / "work", resumed_step=None, environ=launch.to_env())
+        for step in steps:
+            tracking.log(step, {"launch": number})
+        tracking.close(timeout_s=60)
+    events = EventAccumulator(str(tmp_path / "tb" / "k"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("launch")] == [(s, 2.0) for s in range(1, 9)]
+
+
+def test_an_mlflow_rewind_is_idempotent_and_clears_a_copy_a_crash_left(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("mlflow")
+    from mlflow.entities import Param
+    from mlflow.tracking import MlflowClient
+
+    from runtime.tracking.mlflow_backend import KEY_TAG, REWINDING_TAG, SUPERSEDED_TAG, MlflowBackend
+
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    launch = TrackingLaunch(key="k", job="j", run_dir=str(tmp_path), spec=Tracking(mlflow={
+        "tracking_uri": uri, "experiment": "e"}))
+    backend = MlflowBackend(launch, launch.spec.mlflow)
+    backend.open(resumed_step=0)
+    for step in range(1, 8):
+        backend.log_metrics(step, {"loss": 1.0 / step})
+    backend.client.log_batch(backend.run_id, params=[Param("lr", "0.1")])
+    first = backend.run_id
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("e").experiment_id
+    half = client.create_run(experiment, tags={REWINDING_TAG: "k"}).info.run_id  # a rewind that crashed mid-copy
+
+    assert backend.rewind(7) is None  # nothing past step 7: nothing to do
+    assert "goes on with its 4 values up to step 4" in backend.rewind(4)
+    assert backend.rewind(4) is None  # done already
+    second = backend.run_id
+    assert client.get_run(half).info.lifecycle_stage == "deleted"
+    assert [(m.step, m.value) for m in client.get_metric_history(second, "loss")] == [
+        (s, 1.0 / s) for s in range(1, 5)]
+    assert client.get_run(second).data.params == {"lr": "0.1"} and client.get_run(second).data.tags[KEY_TAG] == "k"
+    for step in range(5, 7):
+        backend.log_metrics(step, {"loss": 0.5})
+    assert "goes on with its 5 values up to step 5" in backend.rewind(5)  # a second preemption
+    third = backend.run_id
+    live = client.search_runs([experiment])
+    assert {r.info.run_id for r in live} == {first, second, third}
+    assert {r.info.run_id: r.data.tags.get("mlflow.parentRunId") for r in live if r.info.run_id != third} == {
+        first: third, second: third}, "every superseded run is nested under the run that goes on"
+    assert all(r.data.tags.get(SUPERSEDED_TAG) == "k" for r in live if r.info.run_id != third)
+    found = client.search_runs([experiment], filter_string=f"tags.`{KEY_TAG}` = 'k'")
+    assert [r.info.run_id for r in found] == [third]
+    backend.close()
