@@ -225,17 +225,19 @@ class PlanModel:
         costs = self._costs[objective]
         if cost_weight:
             costs = costs + cost_weight * self._costs["cost"]
-        bound = self._multi_bound(allowed, limit[0]) if objective == "cost" and not cost_weight else 0.0
-        if np.isinf(bound):
-            column_upper[at.multi] = 0.0  # no plan of two phases or more meets the deadline
-            bound = 0.0
-        coefficients = {(at.bound_row, at.multi): -bound}
         if self._highs is not None:
+            # The bound is as tight as HiGHS's own figures: CBC (the fallback) reads them back to 8
+            # digits, so there a frontier deadline may lie a rounding below the plan it came from.
+            bound, pair = self._multi_bound(allowed, limit[0]) if objective == "cost" and not cost_weight else (0, None)
+            if np.isinf(bound):
+                column_upper[at.multi] = 0.0  # no plan of two phases or more meets the deadline
+                bound = 0.0
             values = self._highs.solve(costs, row_upper=row_upper, column_upper=column_upper,
-                                       coefficients=coefficients, start=self._start(costs, alone, allowed, limit),
-                                       gap=gap, node_limit=node_limit)
+                                       coefficients={(at.bound_row, at.multi): -bound},
+                                       start=self._start(costs, alone, allowed, limit, pair), gap=gap,
+                                       node_limit=node_limit)
         else:
-            values = solve_with_pulp(self.model, costs, row_upper, column_upper, coefficients)
+            values = solve_with_pulp(self.model, costs, row_upper, column_upper, {(at.bound_row, at.multi): 0.0})
         if values is None:
             return None
         self.last_gap = values.gap
@@ -250,14 +252,17 @@ class PlanModel:
                 if used_y[k] > 0.5 and hours[k] * c.rate > 1e-6 * work]
         return solution_of(used, self.limits.switch_hours)
 
-    def _multi_bound(self, allowed: np.ndarray, deadline: float) -> float:
+    def _multi_bound(self, allowed: np.ndarray, deadline: float) -> tuple[float, np.ndarray | None]:
         """A lower bound on the cost objective of every plan of two phases or more (inf: none meets
-        the deadline): the best mix of two allowed configurations, one first and one later (the
+        the deadline), and the plan of two phases it comes from when that is one (a MIP start).
+
+        The bound is the best mix of two allowed configurations, one first and one later (the
         purchase classes allowing), each paying what the model charges it as such once, within
         the P90 hours left.  A plan of three phases costs at least the best mix of two of its
         configurations (an LP over shares with two rows has a solution with two shares), each
         charged at least as a first or later phase, so the bound holds for it too; the caps and
-        the staging copies are left out, which only lowers it.
+        the staging copies are left out, which only lowers it.  Without caps and staging the
+        bound is the best plan of two phases itself, and HiGHS proves the optimum at the root.
 
         With it the relaxation is as tight as "the best configuration alone, or the best mix of
         two with a switch", where without it the relaxation mixed a fast configuration with one
@@ -266,11 +271,10 @@ class PlanModel:
         at = self._at
         idx = np.flatnonzero(allowed)
         if len(idx) < 2:
-            return np.inf
+            return np.inf, None
         cost, p90, cls = at.whole_cost[idx], at.whole_p90[idx], at.purchase_class[idx]
         cp, cq = cost[:, None], cost[None, :]
         tp, tq = p90[:, None], p90[None, :]
-        best = np.full((len(idx), len(idx)), np.inf)
         later_cost, later_p90 = at.phase_cost[idx], at.phase_p90[idx]
         # (charges of p, charges of q, where that order is possible): p first, q first, or neither
         # (both later phases of a plan of three).
@@ -281,25 +285,51 @@ class PlanModel:
              cls[:, None] >= cls[None, :]),
             (later_cost[:, None], later_p90[:, None], later_cost[None, :], later_p90[None, :], True),
         )
+        bound, plan = np.inf, None
         with np.errstate(divide="ignore", invalid="ignore"):
-            for pay_p, wait_p, pay_q, wait_q, possible in orders:
-                left = deadline * (1 + 1e-9) + FEASIBILITY - wait_p - wait_q  # P90 hours left for the work
+            for order, (pay_p, wait_p, pay_q, wait_q, possible) in enumerate(orders):
+                # P90 hours left for the work; the relative slack covers rounding, not a looser deadline
+                left = deadline * (1 + 1e-9) - wait_p - wait_q
                 inside_p, inside_q = tp <= left, tq <= left
-                share = (tq - left) / (tq - tp)  # on p, landing exactly on the deadline
-                mixed = np.where(inside_p != inside_q, cq + (cp - cq) * share, np.inf)
-                ends = np.minimum(np.where(inside_p, cp, np.inf), np.where(inside_q, cq, np.inf))
-                best = np.minimum(best, np.where(possible, np.minimum(ends, mixed) + pay_p + pay_q, np.inf))
-        np.fill_diagonal(best, np.inf)  # two phases are two configurations
-        # Shaved so that rounding never cuts off the plan it bounds.
-        return float(best.min()) * (1 - 1e-9) - FEASIBILITY
+                # share of the work on p: all on the cheaper one within the deadline, or a mix of one
+                # within and one past it that lands exactly on the deadline
+                ends = (inside_p & (~inside_q | (cp <= cq))).astype(float)
+                mixed = (tq - left) / (tq - tp)
+                end_value = np.where(inside_p | inside_q, cq + (cp - cq) * ends, np.inf)
+                mixed_value = np.where(inside_p != inside_q, cq + (cp - cq) * mixed, np.inf)
+                share = np.where(mixed_value < end_value, mixed, ends)
+                value = np.where(possible, np.minimum(end_value, mixed_value) + pay_p + pay_q, np.inf)
+                np.fill_diagonal(value, np.inf)  # two phases are two configurations
+                best = int(np.argmin(value))
+                if value.flat[best] < bound:
+                    p, q = divmod(best, len(idx))
+                    bound = float(value.flat[best])
+                    plan = None if order == 2 else self._pair(idx[p], idx[q], float(share[p, q]), order == 0)
+        # Shaved by a relative 1e-9 so that rounding never cuts off the plan it bounds.
+        return bound * (1 - 1e-9), plan
 
-    def _start(self, costs: np.ndarray, alone: np.ndarray, allowed: np.ndarray, limit: np.ndarray):
-        """The better of the last plan found (when it is still feasible) and the best configuration alone."""
+    def _pair(self, p: int, q: int, share: float, p_first: bool) -> np.ndarray:
+        """The columns of the plan "``share`` of the work on p, the rest on q", p first or q."""
+        at = self._at
+        x = np.maximum(at.points[p], at.points[q])  # both used: their classes, clouds and sites
+        x[at.h[p]] *= share
+        x[at.h[q]] *= 1 - share
+        x[at.f[q if p_first else p]] = 0.0
+        x[at.g[p]] = x[at.g[q]] = 0.0
+        x[at.multi] = 1.0
+        return x
+
+    def _start(self, costs: np.ndarray, alone: np.ndarray, allowed: np.ndarray, limit: np.ndarray,
+               pair: np.ndarray | None) -> np.ndarray | None:
+        """The best of the last plan found (when it is still feasible), the best configuration alone
+        and the best plan of two phases the bound found (HiGHS checks whichever is given)."""
         at, best, value = self._at, None, np.inf
         if alone.any():
             objective = at.points @ costs
             k = int(np.flatnonzero(alone)[np.argmin(objective[alone])])
             best, value = at.points[k], objective[k]
+        if pair is not None and pair @ costs < value:
+            best, value = pair, pair @ costs
         last = self._best
         if last is not None and last @ costs < value and not (last[at.y] > 0.5)[~allowed].any():
             capped = np.array([self.model.activity(at.capped[name], last[None, :])[0] for name in CAPPED_ROWS])

@@ -27,7 +27,7 @@ def _best_of_two_phases_or_more(model: PlanModel, deadline: float) -> float | No
     second phase included), found without the bound."""
     at = model._at
     model._at = dataclasses.replace(at, single=np.full_like(at.single, np.inf))  # no g_k = 1
-    model._multi_bound = lambda allowed, deadline: 0.0
+    model._multi_bound = lambda allowed, deadline: (0.0, None)
     try:
         if model.solve("cost", deadline_hours=deadline) is None:
             return None
@@ -46,7 +46,7 @@ def test_the_bound_on_plans_of_several_phases_never_exceeds_one(job, catalog, ti
         return
     fastest = model.solve("p90_time", deadline_hours=None)
     deadline = fastest.p90_hours * (1 + tightness)
-    bound = model._multi_bound(np.ones(len(model.configs), dtype=bool), deadline)
+    bound, _ = model._multi_bound(np.ones(len(model.configs), dtype=bool), deadline)
     best = _best_of_two_phases_or_more(model, deadline)
     if best is not None:
         assert best >= bound - 1e-9 * abs(bound)
