@@ -10,14 +10,17 @@ import datetime as dt
 import math
 import time
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from planner.job import JobSpec
 from planner.milp import Limits, PlanModel, Solution
 from planner.plan import OBJECTIVE_VALUE, limits_for, plan
 from planner.pools import CandidateSet
-from planner.relax import Infeasibility, explain_infeasible
 from planner.workload import WorkModel
 from pricing.catalog import Catalog
+
+if TYPE_CHECKING:
+    from planner.relax import Infeasibility
 
 __all__ = ["CostLine", "PlanView", "Quote", "frontier", "limits_for", "make_quote", "view"]
 
@@ -98,6 +101,8 @@ def make_quote(
     quote = Quote(job=job, work=work, catalog=catalog, plan=None, objective=planned.objective,
                   candidates=candidates, today=today, tolerance=job.objective.tolerance)
     if best is None:
+        from planner.relax import explain_infeasible  # only a job with no plan needs it
+
         quote.infeasible = explain_infeasible(job, catalog, work, candidates, limits, today=today)
         quote.solve_seconds = time.perf_counter() - started
         return quote

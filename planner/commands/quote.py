@@ -37,7 +37,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-price-age", type=float, default=float(os.environ.get("DANLU_MAX_PRICE_AGE_DAYS", 30)),
                    metavar="DAYS", help="warn when the prices are older than this (default 30, env "
                                         "DANLU_MAX_PRICE_AGE_DAYS)")
-    p.set_defaults(handler=handle)
+    p.set_defaults(handler=handle, console=False)  # --json prints without rich: the console is made for tables
 
 
 def _count(text: str) -> int:
@@ -47,8 +47,8 @@ def _count(text: str) -> int:
     return value
 
 
-def handle(args: argparse.Namespace, console: Console) -> int:
-    # Imported here: `planner --help` must not pay for the optimizer (PuLP, HiGHS, numpy).
+def handle(args: argparse.Namespace, console: Console | None) -> int:
+    # Imported here: `planner --help` must not pay for the optimizer (HiGHS, numpy).
     from planner.job import load_job
     from planner.quote_service import quote_job
     from planner.report import plot_frontier, quote_json, render_quote
@@ -61,6 +61,9 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         print(json.dumps(quote_json(quote), indent=2))
     else:
+        from planner.cli import make_console
+
+        console = console or make_console()
         render_quote(quote, console, args.top)
         if args.plot:
             console.print(f"[dim]frontier plot written to {args.plot}[/]")
