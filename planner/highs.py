@@ -81,9 +81,9 @@ class HighsModel:
               node_limit: int | None = None) -> Values | None:
         """Minimise ``costs`` with the rows of ``row_upper`` and the columns of ``column_upper`` given
         those upper bounds (every other column its own) and the matrix entries of ``coefficients``
-        (row, column) set; ``None``: infeasible.  ``node_limit`` bounds
-        the branch and bound (a deterministic effort, not a time): the best plan found by then, with
-        its gap to the bound, or ``None`` when none was found."""
+        (row, column) set; ``None``: infeasible.  ``node_limit`` bounds the branch and bound (a
+        deterministic effort, not a time): the best plan found by then, with its gap to the bound,
+        or ``None`` when none was found."""
         h = self.highs
         h.setOptionValue("mip_rel_gap", gap)
         h.setOptionValue("mip_max_nodes", node_limit if node_limit is not None else highspy.kHighsIInf)

@@ -110,7 +110,7 @@ def solve_with_pulp(model: MipModel, costs: np.ndarray, row_upper: Mapping[int, 
     cols = [
         var(name, lo, None if math.isinf(hi) else hi,
             pulp.LpBinary if integer and lo == 0 and hi == 1 else pulp.LpInteger if integer else pulp.LpContinuous)
-        for i, (name, lo, hi, integer) in enumerate(zip(model.names, model.lower, model.upper, model.integer))
+        for name, lo, hi, integer in zip(model.names, model.lower, model.upper, model.integer)
     ]
     for i, hi in column_upper.items():
         cols[i].upBound = hi
