@@ -19,12 +19,16 @@ import argparse
 import importlib
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from danlu.extras import MissingExtra
 from planner import __version__
 from planner.errors import PlannerError
 from pricing.errors import PricingError
 from runtime.errors import RuntimeFailure
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # Sub-commands in the order --help lists them; imported lazily so `planner quote`
 # never pays for torch or the cloud SDKs.
@@ -98,7 +102,7 @@ def output_width() -> int | None:
     return int(columns) if columns.isdigit() and int(columns) > 0 else 120
 
 
-def make_console():
+def make_console() -> Console:
     """The console a command prints on (rich is imported here, after parsing: --help and --version
     never pay for it)."""
     from rich.console import Console

@@ -52,11 +52,13 @@ def handle(args: argparse.Namespace, console: Console | None) -> int:
     # A quote is a short computation whose objects mostly live until it ends: the cyclic garbage
     # collector's passes over the modules it imports and the configurations it builds (107 of them,
     # 19 ms of a 450 ms quote) find next to nothing; reference counting frees the rest.
+    collecting = gc.isenabled()
     gc.disable()
     try:
         return _quote(args, console)
     finally:
-        gc.enable()
+        if collecting:
+            gc.enable()
 
 
 def _quote(args: argparse.Namespace, console: Console | None) -> int:
