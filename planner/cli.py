@@ -7,7 +7,8 @@ exits 2, so a user never sees a traceback for bad input.
 
 Start-up is lazy: ``planner --version`` and ``planner --help`` import no sub-command
 (the top-level help lists :data:`SUMMARIES`), and ``planner quote ...`` imports only
-``planner.commands.quote``; rich is imported after parsing.  Every sub-command imports
+``planner.commands.quote``; rich is imported after parsing, and only by commands that print
+with it (``planner quote --json`` does not).  Every sub-command imports
 pydantic, numpy or the optimizer only inside its handler or its own module, so a
 command never pays for another's dependencies (``bench/quote.py`` measures it).
 """
@@ -18,12 +19,16 @@ import argparse
 import importlib
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from danlu.extras import MissingExtra
 from planner import __version__
 from planner.errors import PlannerError
 from pricing.errors import PricingError
 from runtime.errors import RuntimeFailure
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # Sub-commands in the order --help lists them; imported lazily so `planner quote`
 # never pays for torch or the cloud SDKs.
@@ -97,25 +102,37 @@ def output_width() -> int | None:
     return int(columns) if columns.isdigit() and int(columns) > 0 else 120
 
 
+def make_console() -> Console:
+    """The console a command prints on (rich is imported here, after parsing: --help and --version
+    never pay for it)."""
+    from rich.console import Console
+
+    return Console(stderr=False, highlight=False, width=output_width())
+
+
+def _error(text: str) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(text)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_USAGE
-    # After parsing: --help and --version never pay for rich.
-    from rich.console import Console
-    from rich.markup import escape
-
-    console = Console(stderr=False, highlight=False, width=output_width())
-    errors = Console(stderr=True, highlight=False, soft_wrap=True)
+    # A command that sets ``console=False`` makes its own when it prints tables (see quote: its
+    # --json output never imports rich).
+    console = make_console() if getattr(args, "console", True) else None
     try:
         return int(args.handler(args, console) or EXIT_OK)
     except USER_ERRORS as exc:
-        errors.print(f"[bold red]error:[/] {escape(str(exc))}")
+        _error(str(exc))
         return EXIT_USAGE
     except KeyboardInterrupt:
-        errors.print("interrupted")
+        print("interrupted", file=sys.stderr)
         return 130
 
 

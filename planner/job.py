@@ -8,7 +8,6 @@ section for the meaning of each key.
 from __future__ import annotations
 
 import datetime as dt
-import difflib
 import re
 import tomllib
 from pathlib import Path
@@ -416,6 +415,8 @@ def _describe(error: dict[str, Any], raw: dict[str, Any]) -> str:
         parent = _section_model(loc[:-1])
         hint = ""
         if parent is not None:
+            import difflib  # only for a misspelt key
+
             close = difflib.get_close_matches(loc[-1], list(parent.model_fields), n=1)
             if close:
                 hint = f"; did you mean {_key_path([*error['loc'][:-1], close[0]])!r}?"

@@ -2,39 +2,39 @@
 
 Variables, per candidate configuration k (a pool at a node count):
 ``h_k >= 0`` expected wall hours on k, ``y_k`` in {0,1} (k is a phase of the plan),
-``f_k`` in {0,1} (k is the first phase), ``u_c`` in {0,1} (a phase of purchase class c
-is used).  A plan is a sequence of at most ``max_phases`` phases, run one after the
-other (a DDP job runs on one homogeneous pool at a time), ordered held reservations,
+``f_k`` in {0,1} (k is the first phase), ``g_k`` in {0,1} (k alone is the whole plan),
+``u_c`` in {0,1} (a phase of purchase class c is used), ``m = 1 - sum g_k`` (the plan has
+more than one phase).  A plan is a sequence of at most ``max_phases`` phases, run one after
+the other (a DDP job runs on one homogeneous pool at a time), ordered held reservations,
 then new reservations, then spot, then on-demand: the on-demand phase is the fallback
 that keeps the deadline safe.
 
-    work       sum rate_k h_k                      >= W
+    work       sum rate_k h_k                      >= W        (in thousandths of W)
     link       h_k                                  <= (W / rate_k, or the term) y_k
     capacity   sum of h_k over one reservation's configurations <= its hours left
     deadline   sum p90_k h_k + R sum (y_k - f_k)    <= D        (P90 wall time)
     budget     sum burn_k h_k + fixed_k y_k + R burn_k (y_k - f_k) <= B
     first      sum f_k = 1,  f_k <= y_k,  f_k + u_c <= 1 for classes c before k's,  y_k <= u_class(k)
     phases     sum y_k <= max_phases
+    alone      g_k <= f_k,  h_k >= (W / rate_k) g_k,  sum (y_k - f_k) >= m
+    bound      cost >= sum (cost of k alone) g_k + (a bound on plans of 2+ phases) m
 
 Every phase after the first pays a switch of R hours (restart and checkpoint load) at its
-own burn rate; a cluster phase also waits its queue (``wait_k`` hours, unbilled) when used.  Objectives: expected cost; expected hours (time); P90 hours (p90_time, for
-deadline relaxations); kg CO2e (carbon); all but cost break ties by cost.  HiGHS solves it, CBC is the fallback.
+own burn rate; a cluster phase also waits its queue (``wait_k`` hours, unbilled) when used.
+The ``alone`` and ``bound`` rows change no plan, only how fast HiGHS proves one optimal
+(:func:`_formulate`).  Objectives: expected cost; expected hours (time); P90 hours (p90_time,
+for deadline relaxations); kg CO2e (carbon); all but cost break ties by cost.  HiGHS solves
+it (:mod:`planner.highs`), PuLP's CBC is the fallback (:mod:`planner.mip`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-import warnings
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
-import pulp
 
-from planner.errors import SolverError
+from planner.mip import MipModel, quiet_stdout, solve_with_pulp
 from planner.pools import Config
 from pricing.pool import CLUSTER, HELD
 
@@ -134,115 +134,55 @@ class _Same:
 
 SAME = _Same()
 _NO_LIMIT = 1e30
+WORK_SCALE = 1000.0
+FEASIBILITY = 1e-6
+"""The solvers' absolute tolerance on a row (HiGHS's default; CBC's is tighter): a bound is met within it."""
+_quiet_stdout = quiet_stdout  # planner.capacity.sparse_milp imports it from here
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """Where the plan model's variables and rows are, and what each configuration alone gives."""
+
+    h: np.ndarray  # column of h_k, by configuration k
+    y: np.ndarray
+    f: np.ndarray
+    g: np.ndarray
+    multi: int  # column of m = 1 - sum(g): the plan has more than one phase
+    capped: dict[str, int]  # row of each of CAPPED_ROWS
+    bound_row: int  # the cost objective >= sum(single_k g_k) + (a bound on plans of 2+ phases) m
+    points: np.ndarray  # (configs x columns) the plan "k alone does all the work"
+    single: np.ndarray  # (configs x CAPPED_ROWS) each capped row's value at that plan (inf: none)
+    # For the bound on plans of two or more phases, per configuration: the cost objective and P90
+    # hours of doing all the work on k (no per-phase terms), and what a phase on k adds to them
+    # as a later phase and as the first.
+    whole_cost: np.ndarray
+    whole_p90: np.ndarray
+    phase_cost: np.ndarray
+    phase_p90: np.ndarray
+    first_cost: np.ndarray
+    first_p90: np.ndarray
+    purchase_class: np.ndarray
 
 
 class PlanModel:
-    """The MILP of one candidate set, formulated once (PuLP) and solved many times.
+    """The MILP of one candidate set, formulated once (as arrays, :mod:`planner.mip`) and solved many times.
 
     A quote solves the same model a dozen times: the plan, alternatives without a pool, the
-    frontier's deadlines, the simplest plan within a tolerance.  Only the objective, the
-    deadline and budget bounds and the excluded pools change, so the model is compiled into
-    HiGHS once (:class:`_HighsModel`: one bulk load instead of PuLP's row-by-row bridge) and each
-    solve changes bounds and costs and starts from the best known plan that is still feasible
-    (a MIP start), e.g. the frontier's previous, tighter point.  Without highspy every solve goes
-    through PuLP to CBC, as before.
+    frontier's deadlines, the simplest plan within a tolerance.  Only the objective, the deadline
+    and budget bounds and the excluded pools change, so the model is loaded into HiGHS once
+    (:mod:`planner.highs`) and each solve changes bounds and costs and starts from the best known
+    plan that is still feasible (a MIP start), e.g. the frontier's previous, tighter point, or the
+    best configuration alone.  Without highspy every solve goes through PuLP to CBC.
     """
 
     def __init__(self, configs: list[Config], work: float, limits: Limits) -> None:
         self.configs, self.work, self.limits = configs, work, limits
-        self._best: list[float] | None = None  # columns of the last plan found: the next MIP start
+        self._best: np.ndarray | None = None  # columns of the last plan found: a MIP start
         self.last_gap = 0.0
-        self._highs = None
-        if _highs_available():
-            prob, objectives = self._formulate({}, ())
-            self._highs = _HighsModel.compile(prob, objectives)
-
-    def _formulate(self, bounds: Mapping[str, float | None], banned: Collection[int]):
-        """The PuLP problem (no objective yet) and its objectives by name; ``bounds`` are the upper
-        bounds of the rows :data:`CAPPED_ROWS` (missing or None: no limit)."""
-        configs, work, limits = self.configs, self.work, self.limits
-        prob = pulp.LpProblem("danlu_plan", pulp.LpMinimize)
-        idx = range(len(configs))
-        var = _variable_factory(prob)
-        h = [var(f"h{k}", 0, None, pulp.LpContinuous) for k in idx]
-        y = [var(f"y{k}", 0, 1, pulp.LpBinary) for k in idx]
-        f = [var(f"f{k}", 0, 1, pulp.LpBinary) for k in idx]
-        classes = sorted({PURCHASE_CLASS[c.purchase] for c in configs})
-        u = {c: var(f"u{c}", 0, 1, pulp.LpBinary) for c in classes}
-        clouds = sorted({c.pool.cloud for c in configs})
-        v = {cloud: var(f"v{i}", 0, 1, pulp.LpBinary) for i, cloud in enumerate(clouds)}  # cloud used
-        R = limits.switch_hours
-        # Data staged once per site a plan uses (z), whatever number of phases run there.
-        staged = _staged_sites(configs)
-        z = {site: var(f"z{i}", 0, 1, pulp.LpBinary) for i, site in enumerate(staged)}
-
-        cost = pulp.lpSum(
-            (c.burn + c.egress_per_hour) * h[k] + c.fixed_usd * y[k] + (R * c.burn + c.entry_cost) * (y[k] - f[k])
-            + c.start_cost * f[k]
-            for k, c in enumerate(configs)
-        ) + pulp.lpSum(usd * z[site] for site, (usd, _) in staged.items())
-        extra_hours = pulp.lpSum(
-            (R + c.entry_hours) * (y[k] - f[k]) + c.start_hours * f[k] for k, c in enumerate(configs)
-        ) + pulp.lpSum(hrs * z[site] for site, (_, hrs) in staged.items())
-        # Waits for spot capacity: unbilled time, once per phase at its launch and after each loss.
-        waits = pulp.lpSum(c.wait_per_hour * h[k] + c.launch_wait_hours * y[k]
-                           for k, c in enumerate(configs) if c.wait_per_hour or c.launch_wait_hours)
-        waits_p90 = pulp.lpSum(c.wait_p90_per_hour * h[k] + c.launch_wait_p90_hours * y[k]
-                               for k, c in enumerate(configs) if c.wait_p90_per_hour or c.launch_wait_p90_hours)
-        hours = pulp.lpSum(h) + extra_hours + waits
-        p90_hours = pulp.lpSum(c.p90_factor * h[k] for k, c in enumerate(configs)) + extra_hours + waits_p90
-        carbon = pulp.lpSum(c.kg_per_hour * (h[k] + (R + c.entry_hours) * (y[k] - f[k]) + c.start_hours * f[k])
-                            for k, c in enumerate(configs))
-        # "simple": what a person reads as a simpler plan, in strict order (the weights keep
-        # one more phase dearer than any clouds-and-nodes saving): phases, clouds, total nodes.
-        node_total = pulp.lpSum(c.nodes * y[k] for k, c in enumerate(configs))
-        node_weight = limits.max_phases * max(c.nodes for c in configs) + 1
-        simple = (node_weight * (len(clouds) + 1) * pulp.lpSum(y)
-                  + node_weight * pulp.lpSum(v.values()) + node_total)
-        objectives = {
-            # ties in cost (free held capacity, equal prices) go to the faster plan
-            "cost": cost + TIE_BREAK * hours, "time": hours + TIE_BREAK * cost, "p90_time": p90_hours + TIE_BREAK * cost,
-            "carbon": carbon + TIE_BREAK * cost, "simple": simple,
-        }
-
-        prob += pulp.lpSum(c.rate * h[k] for k, c in enumerate(configs)) >= work, "work"
-        for k, c in enumerate(configs):
-            cap = work / c.rate
-            if c.max_hours is not None:
-                cap = min(cap, c.max_hours)
-            prob += h[k] <= cap * y[k], f"link{k}"
-            prob += f[k] <= y[k], f"first_used{k}"
-            cls = PURCHASE_CLASS[c.purchase]
-            prob += y[k] <= u[cls], f"class{k}"
-            prob += y[k] <= v[c.pool.cloud], f"cloud{k}"
-            for earlier in (e for e in classes if e < cls):
-                prob += f[k] + u[earlier] <= 1, f"order{k}_{earlier}"
-            if c.site in z:
-                prob += y[k] <= z[c.site], f"staged{k}"
-        # A site's copy is needed as soon as any work runs there: z >= the share of the work done
-        # in the site.  Implied by the rows above for integral z, but it makes the LP relaxation
-        # pay for staging in proportion, instead of next to nothing (found by the 3 TB dataset
-        # in another cloud, whose solves took seconds).
-        for i, site in enumerate(staged):
-            prob += (pulp.lpSum(c.rate / work * h[k] for k, c in enumerate(configs) if c.site == site)
-                     <= z[site]), f"staged_share{i}"
-        # Phases run one after another, so configurations of one reservation share its hours.
-        capped: dict[tuple, list[int]] = {}
-        for k, c in enumerate(configs):
-            if c.max_hours is not None:
-                capped.setdefault(c.family, []).append(k)
-        for i, members in enumerate(capped.values()):
-            prob += pulp.lpSum(h[k] for k in members) <= configs[members[0]].max_hours, f"reservation{i}"
-        prob += pulp.lpSum(f) == 1, "one_first"
-        prob += pulp.lpSum(y) <= limits.max_phases, "phases"
-        # Always present, so a HiGHS re-solve only moves their bounds (a huge bound = no limit).
-        # hours and carbon: caps for the simplest plan within a tolerance of the optimum.
-        for name, expr in (("deadline", p90_hours), ("budget", cost), ("hours", hours), ("carbon", carbon)):
-            limit = bounds.get(name)
-            prob += expr <= (_NO_LIMIT if limit is None else limit), name
-        for k in banned:
-            y[k].upBound = 0
-        return prob, objectives
+        self.model, self._at = _formulate(configs, work, limits)
+        self._costs = {name: self.model.cost_vector(name) for name in self.model.objectives}
+        self._highs = _highs_model(self.model)
 
     def solve(
         self,
@@ -269,181 +209,265 @@ class PlanModel:
         if "cost" in caps:
             budget = caps.pop("cost") if budget is None else min(budget, caps.pop("cost"))
         bounds = {"deadline": deadline, "budget": budget, **caps}
+        at = self._at
+        limit = np.array([np.inf if bounds.get(name) is None else bounds[name] for name in CAPPED_ROWS])
+        row_upper = {at.capped[name]: _NO_LIMIT if np.isinf(b) else b * (1 + 1e-12) for name, b in zip(CAPPED_ROWS, limit)}
         # Also out: configurations whose data copy alone outlasts the deadline (exact, and it spares
         # HiGHS a search over staging sites no plan can use: seconds for a 3 TB dataset elsewhere).
-        banned = [k for k, c in enumerate(self.configs)
-                  if any(c.family in fam for fam in exclude_families)
-                  or (deadline is not None and c.stage_hours + c.start_hours + c.launch_wait_p90_hours > deadline)]
+        allowed = np.array([not any(c.family in fam for fam in exclude_families)
+                            and (deadline is None or c.stage_hours + c.start_hours + c.launch_wait_p90_hours <= deadline)
+                            for c in self.configs], dtype=bool)
+        column_upper = {int(col): 0.0 for col in at.y[~allowed]}
+        # A configuration that alone breaks a bound is no plan of one phase (exact: that plan is infeasible).
+        alone = (allowed & np.isfinite(at.single).all(axis=1)
+                 & (at.single <= limit * (1 + 1e-9) + FEASIBILITY).all(axis=1))
+        column_upper.update((int(col), 0.0) for col in at.g[~alone])
+        costs = self._costs[objective]
+        if cost_weight:
+            costs = costs + cost_weight * self._costs["cost"]
         if self._highs is not None:
-            values = self._highs.solve(objective, bounds=bounds, banned=banned, start=self._best, gap=gap,
-                                       cost_weight=cost_weight, node_limit=node_limit)
+            # The bound is as tight as HiGHS's own figures: CBC (the fallback) reads them back to 8
+            # digits, so there a frontier deadline may lie a rounding below the plan it came from.
+            bound, pair = self._multi_bound(allowed, limit[0]) if objective == "cost" and not cost_weight else (0, None)
+            if np.isinf(bound):
+                column_upper[at.multi] = 0.0  # no plan of two phases or more meets the deadline
+                bound = 0.0
+            values = self._highs.solve(costs, row_upper=row_upper, column_upper=column_upper,
+                                       coefficients={(at.bound_row, at.multi): -bound},
+                                       start=self._start(costs, alone, allowed, limit, pair), gap=gap,
+                                       node_limit=node_limit)
         else:
-            values = self._solve_pulp(objective, bounds, banned, cost_weight)
+            values = solve_with_pulp(self.model, costs, row_upper, column_upper, {(at.bound_row, at.multi): 0.0})
         if values is None:
             return None
         self.last_gap = values.gap
-        if values.columns is not None:
+        if values.start:
             self._best = values.columns
-        used = []
-        work, R = self.work, self.limits.switch_hours
-        for k, c in enumerate(self.configs):
-            # A phase does a share of the work; a used-but-idle first phase (h = 0) is not one. Relative to
-            # the work, so a job of seconds is not lost below an absolute tolerance.
-            hk = values.of(f"h{k}")
-            if values.of(f"y{k}") > 0.5 and hk * c.rate > 1e-6 * work:
-                used.append((c, hk, round(values.of(f"f{k}")) == 1))
-        return solution_of(used, R)
+        x = values.columns
+        hours, used_y, first = x[at.h], x[at.y], x[at.f]
+        work = self.work
+        # A phase does a share of the work; a used-but-idle first phase (h = 0) is not one. Relative to
+        # the work, so a job of seconds is not lost below an absolute tolerance.
+        used = [(c, float(hours[k]), round(first[k]) == 1) for k, c in enumerate(self.configs)
+                if used_y[k] > 0.5 and hours[k] * c.rate > 1e-6 * work]
+        return solution_of(used, self.limits.switch_hours)
 
-    def _solve_pulp(self, objective: str, bounds, banned: list[int], cost_weight: float) -> _Values | None:
-        prob, objectives = self._formulate(bounds, banned)
-        goal = objectives[objective]
-        prob.setObjective(goal + cost_weight * objectives["cost"] if cost_weight else goal)
-        status = _run(prob)
-        if status != pulp.LpStatusOptimal:
-            return None
-        return _Values({var.name: var.value() or 0.0 for var in prob.variables()}, None)
+    def _multi_bound(self, allowed: np.ndarray, deadline: float) -> tuple[float, np.ndarray | None]:
+        """A lower bound on the cost objective of every plan of two phases or more (inf: none meets
+        the deadline), and the plan of two phases it comes from when that is one (a MIP start).
+
+        The bound is the best mix of two allowed configurations, one first and one later (the
+        purchase classes allowing), each paying what the model charges it as such once, within
+        the P90 hours left.  A plan of three phases costs at least the best mix of two of its
+        configurations (an LP over shares with two rows has a solution with two shares), each
+        charged at least as a first or later phase, so the bound holds for it too; the caps and
+        the staging copies are left out, which only lowers it.  Without caps and staging the
+        bound is the best plan of two phases itself, and HiGHS proves the optimum at the root.
+
+        With it the relaxation is as tight as "the best configuration alone, or the best mix of
+        two with a switch", where without it the relaxation mixed a fast configuration with one
+        too slow to meet the deadline at no switch cost (a 128-node frontier point: a bound of
+        283 against an optimum of 392, seconds of branching)."""
+        at = self._at
+        idx = np.flatnonzero(allowed)
+        if len(idx) < 2:
+            return np.inf, None
+        cost, p90, cls = at.whole_cost[idx], at.whole_p90[idx], at.purchase_class[idx]
+        cp, cq = cost[:, None], cost[None, :]
+        tp, tq = p90[:, None], p90[None, :]
+        later_cost, later_p90 = at.phase_cost[idx], at.phase_p90[idx]
+        # (charges of p, charges of q, where that order is possible): p first, q first, or neither
+        # (both later phases of a plan of three).
+        orders = (
+            (at.first_cost[idx][:, None], at.first_p90[idx][:, None], later_cost[None, :], later_p90[None, :],
+             cls[:, None] <= cls[None, :]),
+            (later_cost[:, None], later_p90[:, None], at.first_cost[idx][None, :], at.first_p90[idx][None, :],
+             cls[:, None] >= cls[None, :]),
+            (later_cost[:, None], later_p90[:, None], later_cost[None, :], later_p90[None, :], True),
+        )
+        bound, plan = np.inf, None
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for order, (pay_p, wait_p, pay_q, wait_q, possible) in enumerate(orders):
+                # P90 hours left for the work; the relative slack covers rounding, not a looser deadline
+                left = deadline * (1 + 1e-9) - wait_p - wait_q
+                inside_p, inside_q = tp <= left, tq <= left
+                # share of the work on p: all on the cheaper one within the deadline, or a mix of one
+                # within and one past it that lands exactly on the deadline
+                ends = (inside_p & (~inside_q | (cp <= cq))).astype(float)
+                mixed = (tq - left) / (tq - tp)
+                end_value = np.where(inside_p | inside_q, cq + (cp - cq) * ends, np.inf)
+                mixed_value = np.where(inside_p != inside_q, cq + (cp - cq) * mixed, np.inf)
+                share = np.where(mixed_value < end_value, mixed, ends)
+                value = np.where(possible, np.minimum(end_value, mixed_value) + pay_p + pay_q, np.inf)
+                np.fill_diagonal(value, np.inf)  # two phases are two configurations
+                best = int(np.argmin(value))
+                if value.flat[best] < bound:
+                    p, q = divmod(best, len(idx))
+                    bound = float(value.flat[best])
+                    plan = None if order == 2 else self._pair(idx[p], idx[q], float(share[p, q]), order == 0)
+        # Shaved by a relative 1e-9 so that rounding never cuts off the plan it bounds.
+        return bound * (1 - 1e-9), plan
+
+    def _pair(self, p: int, q: int, share: float, p_first: bool) -> np.ndarray:
+        """The columns of the plan "``share`` of the work on p, the rest on q", p first or q."""
+        at = self._at
+        x = np.maximum(at.points[p], at.points[q])  # both used: their classes, clouds and sites
+        x[at.h[p]] *= share
+        x[at.h[q]] *= 1 - share
+        x[at.f[q if p_first else p]] = 0.0
+        x[at.g[p]] = x[at.g[q]] = 0.0
+        x[at.multi] = 1.0
+        return x
+
+    def _start(self, costs: np.ndarray, alone: np.ndarray, allowed: np.ndarray, limit: np.ndarray,
+               pair: np.ndarray | None) -> np.ndarray | None:
+        """The best of the last plan found (when it is still feasible), the best configuration alone
+        and the best plan of two phases the bound found (HiGHS checks whichever is given)."""
+        at, best, value = self._at, None, np.inf
+        if alone.any():
+            objective = at.points @ costs
+            k = int(np.flatnonzero(alone)[np.argmin(objective[alone])])
+            best, value = at.points[k], objective[k]
+        if pair is not None and pair @ costs < value:
+            best, value = pair, pair @ costs
+        last = self._best
+        if last is not None and last @ costs < value and not (last[at.y] > 0.5)[~allowed].any():
+            capped = np.array([self.model.activity(at.capped[name], last[None, :])[0] for name in CAPPED_ROWS])
+            if (capped <= limit * (1 + 1e-9) + FEASIBILITY).all():
+                best = last
+        return best
 
 
-@dataclass(frozen=True, slots=True)
-class _Values:
-    """Column values of a solved model, by variable name."""
-
-    by_name: dict[str, float]
-    columns: list[float] | None
-    gap: float = 0.0  # relative optimality gap when a node limit stopped the search
-
-    def of(self, name: str) -> float:
-        return self.by_name.get(name, 0.0)
-
-
-def _highs_available() -> bool:
+def _highs_model(model: MipModel):
     try:
-        import highspy  # noqa: F401
-    except ImportError:
-        return False
-    return True
+        from planner.highs import HighsModel
+    except ImportError:  # no highspy: PuLP and CBC
+        return None
+    return HighsModel(model)
 
 
-@dataclass(slots=True)
-class _HighsModel:
-    """A PuLP problem loaded into HiGHS in one call, re-solved with new costs and bounds."""
+def _formulate(configs: list[Config], work: float, limits: Limits) -> tuple[MipModel, _Layout]:
+    """The plan model (see the module doc): rows whose bound a solve sets (:data:`CAPPED_ROWS`)
+    start without a limit, the objectives are named as in :data:`OBJECTIVES`.
 
-    highs: Any
-    names: list[str]
-    costs: dict[str, np.ndarray]
-    offsets: dict[str, float]
-    rows: dict[str, int]
-    row_bounds: dict[str, tuple[float, float]]
-    y_cols: list[int]
-    upper: np.ndarray
+    ``g_k`` (k alone is the whole plan) and ``m = 1 - sum(g)`` change no plan, only the LP
+    relaxation: a plan is one configuration doing all the work (``h_k >= W / rate_k``), or pays
+    at least one switch (``sum(y - f) >= m``), and the cost objective is at least the cost of
+    the configuration alone, or a bound on plans of more phases (:meth:`PlanModel._multi_bound`)."""
+    m = MipModel()
+    n = len(configs)
+    R = limits.switch_hours
+    h = np.array([m.column(f"h{k}") for k in range(n)])
+    y = np.array([m.binary(f"y{k}") for k in range(n)])
+    f = np.array([m.binary(f"f{k}") for k in range(n)])
+    g = np.array([m.binary(f"g{k}") for k in range(n)])
+    multi = m.column("m", 0.0, 1.0)
+    classes = sorted({PURCHASE_CLASS[c.purchase] for c in configs})
+    u = {cls: m.binary(f"u{cls}") for cls in classes}
+    clouds = sorted({c.pool.cloud for c in configs})
+    v = {cloud: m.binary(f"v{i}") for i, cloud in enumerate(clouds)}  # cloud used
+    # Data staged once per site a plan uses (z), whatever number of phases run there.
+    staged = _staged_sites(configs)
+    z = {site: m.binary(f"z{i}") for i, site in enumerate(staged)}
 
-    @classmethod
-    def compile(cls, prob: pulp.LpProblem, objectives: dict[str, pulp.LpAffineExpression]) -> _HighsModel:
-        import highspy
+    cost, extra, waits, waits_p90, carbon, nodes = [], [], [], [], [], []
+    for k, c in enumerate(configs):
+        switch = R * c.burn + c.entry_cost
+        cost += [(h[k], c.burn + c.egress_per_hour), (y[k], c.fixed_usd + switch), (f[k], c.start_cost - switch)]
+        switch_h = R + c.entry_hours
+        extra += [(y[k], switch_h), (f[k], c.start_hours - switch_h)]
+        waits += [(h[k], c.wait_per_hour), (y[k], c.launch_wait_hours)]
+        waits_p90 += [(h[k], c.wait_p90_per_hour), (y[k], c.launch_wait_p90_hours)]
+        carbon += [(h[k], c.kg_per_hour), (y[k], c.kg_per_hour * switch_h),
+                   (f[k], c.kg_per_hour * (c.start_hours - switch_h))]
+        nodes.append((y[k], c.nodes))
+    for site, (usd, hrs) in staged.items():
+        cost.append((z[site], usd))
+        extra.append((z[site], hrs))
+    hours = [(h[k], 1.0) for k in range(n)] + extra + waits
+    p90_hours = [(h[k], c.p90_factor) for k, c in enumerate(configs)] + extra + waits_p90
+    # "simple": what a person reads as a simpler plan, in strict order (the weights keep
+    # one more phase dearer than any clouds-and-nodes saving): phases, clouds, total nodes.
+    node_weight = limits.max_phases * max(c.nodes for c in configs) + 1
+    simple = ([(y[k], node_weight * (len(clouds) + 1)) for k in range(n)]
+              + [(col, node_weight) for col in v.values()] + nodes)
+    m.objective("cost", cost + [(col, TIE_BREAK * coef) for col, coef in hours])  # cost ties go to the faster plan
+    m.objective("time", hours + [(col, TIE_BREAK * coef) for col, coef in cost])
+    m.objective("p90_time", p90_hours + [(col, TIE_BREAK * coef) for col, coef in cost])
+    m.objective("carbon", carbon + [(col, TIE_BREAK * coef) for col, coef in cost])
+    m.objective("simple", simple)
 
-        variables = prob.variables()
-        col = {var.name: i for i, var in enumerate(variables)}
-        n = len(variables)
-        lower = np.array([0.0 if v.lowBound is None else v.lowBound for v in variables])
-        upper = np.array([highspy.kHighsInf if v.upBound is None else v.upBound for v in variables], dtype=float)
-        integer = [v.cat == pulp.LpInteger for v in variables]
-        starts, index, value, row_lo, row_hi, rows = [0], [], [], [], [], {}
-        inf = highspy.kHighsInf
-        # PuLP >= 3.3 lists them by prob.constraints() (the dict view is deprecated); older, a dict.
-        constraints = prob.constraints() if callable(prob.constraints) else list(prob.constraints.values())
-        for i, con in enumerate(constraints):
-            rows[con.name] = i
-            for var, coef in con.items():
-                if coef:
-                    index.append(col[var.name])
-                    value.append(coef)
-            starts.append(len(index))
-            rhs = -con.constant
-            row_lo.append(rhs if con.sense in (pulp.LpConstraintGE, pulp.LpConstraintEQ) else -inf)
-            row_hi.append(rhs if con.sense in (pulp.LpConstraintLE, pulp.LpConstraintEQ) else inf)
-        lp = highspy.HighsLp()
-        lp.num_col_, lp.num_row_ = n, len(rows)
-        lp.col_cost_ = np.zeros(n)
-        lp.col_lower_, lp.col_upper_ = lower, upper
-        lp.row_lower_, lp.row_upper_ = np.array(row_lo), np.array(row_hi)
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-        lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
-        lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
-        lp.a_matrix_.value_ = np.array(value, dtype=float)
-        lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
-                           for i in integer]
-        with _quiet_stdout():
-            highs = highspy.Highs()
-        highs.setOptionValue("output_flag", False)
-        # Presolve finds next to nothing to remove in this model (every column is a priced
-        # configuration) and was most of the time of a solve: 2.0 s -> 0.9 s for the frontier
-        # of a 128-node quote (bench/quote.py).
-        highs.setOptionValue("presolve", "off")
-        # A small cut pool: the root's separation rounds otherwise pile up thousands of cuts on the
-        # staging rows (1.0 s -> 0.26 s for a frontier point of a 3 TB dataset in another cloud).
-        highs.setOptionValue("mip_pool_soft_limit", 50)
-        # Sub-MIP heuristics (RINS, RENS) and feasibility jump were most of a hard root's time; every
-        # re-solve gets the last plan as a start instead.  The optimum is still proven (gap 1e-7).
-        highs.setOptionValue("mip_heuristic_run_rins", False)
-        highs.setOptionValue("mip_heuristic_run_rens", False)
-        highs.setOptionValue("mip_heuristic_run_feasibility_jump", False)
-        highs.passModel(lp)
-        costs, offsets = {}, {}
-        for key, expr in objectives.items():
-            vec = np.zeros(n)
-            for var, coef in expr.items():
-                vec[col[var.name]] += coef
-            costs[key], offsets[key] = vec, float(expr.constant)
-        names = [v.name for v in variables]
-        y_cols = [col[f"y{k}"] for k in range(sum(1 for name in col if name.startswith("y")))]  # y_k at k
-        bounds = {name: (row_lo[i], row_hi[i]) for name, i in rows.items()}
-        return cls(highs, names, costs, offsets, rows, bounds, y_cols, upper)
+    # In thousandths of the work: in tokens (1e10) the row's rounding alone broke the solver's 1e-6
+    # feasibility tolerance (an infeasible plan model ended in HiGHS's "Solve error"); in shares that
+    # tolerance would let a plan do a millionth less than the work.
+    m.row("work", [(h[k], WORK_SCALE * c.rate / work) for k, c in enumerate(configs)], lower=WORK_SCALE)
+    whole = np.array([work / c.rate for c in configs])
+    single_ok = np.array([c.max_hours is None or c.max_hours >= w for c, w in zip(configs, whole)])
+    for k, c in enumerate(configs):
+        cap = whole[k] if c.max_hours is None else min(whole[k], c.max_hours)
+        m.row(f"link{k}", [(h[k], 1.0), (y[k], -cap)], upper=0.0)
+        m.row(f"first_used{k}", [(f[k], 1.0), (y[k], -1.0)], upper=0.0)
+        cls = PURCHASE_CLASS[c.purchase]
+        m.row(f"class{k}", [(y[k], 1.0), (u[cls], -1.0)], upper=0.0)
+        m.row(f"cloud{k}", [(y[k], 1.0), (v[c.pool.cloud], -1.0)], upper=0.0)
+        for earlier in (e for e in classes if e < cls):
+            m.row(f"order{k}_{earlier}", [(f[k], 1.0), (u[earlier], 1.0)], upper=1.0)
+        if c.site in z:
+            m.row(f"staged{k}", [(y[k], 1.0), (z[c.site], -1.0)], upper=0.0)
+        # g_k: k is the first phase and does all the work (not possible past a reservation's hours)
+        m.row(f"single{k}", [(g[k], 1.0), (f[k], -1.0)], upper=0.0)
+        if single_ok[k]:
+            m.row(f"whole{k}", [(h[k], 1.0), (g[k], -whole[k])], lower=0.0)
+        else:
+            m.upper[g[k]] = 0.0
+    m.row("multi", [*((g[k], 1.0) for k in range(n)), (multi, 1.0)], lower=1.0, upper=1.0)
+    m.row("switch", [*((y[k], 1.0) for k in range(n)), *((f[k], -1.0) for k in range(n)), (multi, -1.0)],
+          lower=0.0)
+    # A site's copy is needed as soon as any work runs there: z >= the share of the work done
+    # in the site.  Implied by the rows above for integral z, but it makes the LP relaxation
+    # pay for staging in proportion, instead of next to nothing (found by the 3 TB dataset
+    # in another cloud, whose solves took seconds).
+    for i, site in enumerate(staged):
+        m.row(f"staged_share{i}", [*((h[k], c.rate / work) for k, c in enumerate(configs) if c.site == site),
+                                   (z[site], -1.0)], upper=0.0)
+    # Phases run one after another, so configurations of one reservation share its hours.
+    reserved: dict[tuple, list[int]] = {}
+    for k, c in enumerate(configs):
+        if c.max_hours is not None:
+            reserved.setdefault(c.family, []).append(k)
+    for i, members in enumerate(reserved.values()):
+        m.row(f"reservation{i}", [(h[k], 1.0) for k in members], upper=configs[members[0]].max_hours)
+    m.row("one_first", [(f[k], 1.0) for k in range(n)], lower=1.0, upper=1.0)
+    m.row("phases", [(y[k], 1.0) for k in range(n)], upper=limits.max_phases)
+    # Always present, so a HiGHS re-solve only moves their bounds (a huge bound = no limit).
+    # hours and carbon: caps for the simplest plan within a tolerance of the optimum.
+    capped = {name: m.row(name, terms, upper=_NO_LIMIT)
+              for name, terms in (("deadline", p90_hours), ("budget", cost), ("hours", hours), ("carbon", carbon))}
 
-    def solve(self, objective: str, *, bounds: Mapping[str, float | None], banned: list[int], start, gap: float,
-              cost_weight: float = 0.0, node_limit: int | None = None) -> _Values | None:
-        import highspy
-
-        h = self.highs
-        h.setOptionValue("mip_rel_gap", gap)
-        h.setOptionValue("mip_max_nodes", node_limit if node_limit is not None else highspy.kHighsIInf)
-        # A bounded solve skips strong branching's reliability phase (thousands of LP iterations at a
-        # hard root); an exact one keeps HiGHS's default.
-        h.setOptionValue("mip_pscost_minreliable", 0 if node_limit is not None else 8)
-        h.setOptionValue("mip_abs_gap", 1e-6)
-        n = len(self.names)
-        costs = self.costs[objective] + cost_weight * self.costs["cost"] if cost_weight else self.costs[objective]
-        h.changeColsCost(n, np.arange(n, dtype=np.int32), costs)
-        for row in CAPPED_ROWS:
-            limit = bounds.get(row)
-            hi = _NO_LIMIT if limit is None else limit * (1 + 1e-12)
-            h.changeRowBounds(self.rows[row], self.row_bounds[row][0], hi)
-        upper = self.upper.copy()
-        ycols = np.array(self.y_cols, dtype=np.int32)
-        if banned:
-            upper[ycols[banned]] = 0.0
-        h.changeColsBounds(len(ycols), ycols, np.zeros(len(ycols)), upper[ycols])
-        if start is not None:
-            sol = highspy.HighsSolution()
-            sol.col_value = list(start)
-            h.setSolution(sol)  # HiGHS checks it and ignores it when it is infeasible now
-        with _quiet_stdout():
-            h.run()
-        status = h.getModelStatus()
-        info = h.getInfo()
-        stopped = status == highspy.HighsModelStatus.kSolutionLimit and node_limit is not None
-        if stopped and info.primal_solution_status == 2:  # a feasible plan within the effort allowed
-            columns = list(h.getSolution().col_value)
-            return _Values(dict(zip(self.names, columns)), columns, max(float(info.mip_gap), 0.0))
-        if stopped:
-            return None
-        if status != highspy.HighsModelStatus.kOptimal:
-            if status in (highspy.HighsModelStatus.kInfeasible, highspy.HighsModelStatus.kUnboundedOrInfeasible):
-                return None
-            if status == highspy.HighsModelStatus.kUnbounded:
-                raise SolverError("the plan model is unbounded; this is a bug, please report it with the job file")
-            raise SolverError(f"HiGHS could not solve the plan: {h.modelStatusToString(status)}")
-        columns = list(h.getSolution().col_value)
-        return _Values(dict(zip(self.names, columns)), columns)
+    # Each configuration alone as a plan: its own columns set, as the rows above read them.
+    points = np.zeros((n, len(m.names)))
+    ks = np.arange(n)
+    points[ks, h] = whole
+    points[ks, y] = points[ks, f] = points[ks, g] = 1.0
+    for k, c in enumerate(configs):
+        points[k, u[PURCHASE_CLASS[c.purchase]]] = points[k, v[c.pool.cloud]] = 1.0
+        if c.site in z:
+            points[k, z[c.site]] = 1.0
+    single = np.column_stack([m.activity(capped[name], points) for name in CAPPED_ROWS])
+    single[~single_ok] = np.inf
+    objective = m.cost_vector("cost")
+    alone = points @ objective
+    # Its coefficient of m is the bound each solve sets (0: none).
+    bound_row = m.row("plan_bound", [*((col, coef) for col, coef in enumerate(objective)),
+                                     *((g[k], -alone[k]) for k in range(n) if single_ok[k])], lower=0.0)
+    p90 = np.zeros(len(m.names))
+    for col, coef in m.row_terms(capped["deadline"]):
+        p90[col] = coef
+    return m, _Layout(h=h, y=y, f=f, g=g, multi=multi, capped=capped, bound_row=bound_row, points=points,
+                      single=single, whole_cost=objective[h] * whole, whole_p90=p90[h] * whole,
+                      phase_cost=objective[y], phase_p90=p90[y], first_cost=objective[y] + objective[f],
+                      first_p90=p90[y] + p90[f],
+                      purchase_class=np.array([PURCHASE_CLASS[c.purchase] for c in configs]))
 
 
 def solution_of(used: Iterable[tuple[Config, float, bool]], switch_hours: float) -> Solution:
@@ -480,8 +504,7 @@ def may_be_feasible(configs: list[Config], work: float, limits: Limits) -> bool:
     """A necessary condition, checked before the MILP because proving infeasibility can take
     HiGHS seconds.  Without switch overheads, caps and the whole-term charge, a plan is a
     convex mix of "whole job on k" points (cost_k, P90 time_k), so some mix must fit in the
-    box budget x deadline: the cheapest mix that meets the deadline lies on a segment
-    between a point inside the deadline and one outside it."""
+    box budget x deadline."""
     # A phase's one-off transfers (staging, a resumed checkpoint's load) belong to its point: a mix
     # pays at least the convex combination of them, so the condition stays necessary.
     cost = np.array([work * (c.burn + c.egress_per_hour) / c.rate + c.fixed_usd + c.stage_usd + c.start_cost
@@ -490,79 +513,20 @@ def may_be_feasible(configs: list[Config], work: float, limits: Limits) -> bool:
                      + c.launch_wait_p90_hours for c in configs])
     deadline = limits.deadline_hours * (1 + 1e-9) if limits.deadline_hours is not None else np.inf
     budget = limits.budget_usd * (1 + 1e-9) if limits.budget_usd is not None else np.inf
-    inside = time <= deadline
+    return cheapest_mix(cost, time, deadline) <= budget
+
+
+def cheapest_mix(cost: np.ndarray, time: np.ndarray, limit: float) -> float:
+    """The least ``sum(s * cost)`` over shares ``s >= 0`` summing to 1 with ``sum(s * time) <= limit``
+    (inf when none): one point within the limit, or a mix of one within and one past it that
+    lands exactly on it."""
+    inside = time <= limit
     if not inside.any():
-        return False
-    best = cost[inside].min()
-    if best <= budget or not np.isfinite(deadline):
-        return bool(best <= budget)
-    ti, ci = time[inside][:, None], cost[inside][None, :].T
+        return np.inf
+    best = float(cost[inside].min())
+    if inside.all():
+        return best
+    ti, ci = time[inside][:, None], cost[inside][:, None]
     tj, cj = time[~inside][None, :], cost[~inside][None, :]
-    share = (tj - deadline) / (tj - ti)  # weight on the inside point that lands exactly on the deadline
-    mixed = share * ci + (1 - share) * cj
-    return bool(mixed.size and mixed.min() <= budget)
-
-
-def _variable_factory(prob: pulp.LpProblem):
-    """PuLP >= 3.3 attaches variables to the model (the old constructor is deprecated)."""
-    if hasattr(prob, "add_variable"):
-        return lambda name, lo, hi, cat: prob.add_variable(name, lo, hi, cat=cat)
-    return lambda name, lo, hi, cat: pulp.LpVariable(name, lo, hi, cat=cat)
-
-
-@contextlib.contextmanager
-def _quiet_stdout():
-    """HiGHS prints a banner from C++ on first use, straight to fd 1; `--json` output must stay clean."""
-    try:
-        sys.stdout.flush()
-        saved = os.dup(1)
-    except (OSError, ValueError):  # no real fd 1 (e.g. embedded interpreters): nothing to protect
-        yield
-        return
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 1)
-            yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
-def _run(prob: pulp.LpProblem) -> int:
-    errors = []
-    for solver in _solvers():
-        try:
-            with _quiet_stdout():
-                prob.solve(solver)
-        except pulp.PulpSolverError as exc:  # a broken solver install: try the next one
-            errors.append(f"{solver.name}: {exc}")
-            continue
-        status = prob.status
-        if status == pulp.LpStatusOptimal or status == pulp.LpStatusInfeasible:
-            return status
-        if status == pulp.LpStatusUnbounded:
-            raise SolverError("the plan model is unbounded; this is a bug, please report it with the job file")
-        errors.append(f"{solver.name}: status {pulp.LpStatus[status]}")
-    if all("status Not Solved" in e or "status Undefined" in e for e in errors):
-        return pulp.LpStatusInfeasible
-    raise SolverError("no MILP solver could solve the plan: " + "; ".join(errors))
-
-
-def _solvers() -> list[pulp.LpSolver]:
-    solvers = []
-    highs = pulp.HiGHS(msg=False, gapRel=1e-7, gapAbs=1e-6)
-    if highs.available():
-        solvers.append(highs)
-    for name in ("COIN_CMD", "PULP_CBC_CMD"):  # PuLP 4 keeps only COIN_CMD (pulp[cbc])
-        factory = getattr(pulp, name, None)
-        if factory is None:
-            continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            cbc = factory(msg=False, gapRel=1e-7)
-        if cbc.available():
-            solvers.append(cbc)
-            break
-    if not solvers:
-        raise SolverError("no MILP solver found: install highspy (`pip install highspy`) or PuLP's bundled CBC")
-    return solvers
+    share = (tj - limit) / (tj - ti)  # weight on the inside point that lands exactly on the limit
+    return min(best, float((share * ci + (1 - share) * cj).min()))

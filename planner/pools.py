@@ -14,6 +14,7 @@ import datetime as dt
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -265,6 +266,14 @@ class _Builder:
         estimated = kg is None
         if kg is None:
             kg = offering.gpus_per_node * 0.4 * FALLBACK_KG_PER_KWH  # 400 W per GPU when the power is unknown too
+        site = Site(pool.cloud, pool.region)
+        t = self.transfers
+        spot = None
+        if risk is not None:
+            cw = capacity_wait(offering)
+            spot = _SpotPool(risk.rate, notice_lead_s(pool.cloud) / 3600, cw,
+                             cw.launch(self.job.overheads.capacity_patience_hours))
+        charges = _Charges(*t.stage(site), *t.load(site), t.stream_usd_per_gb_total(site), t.write_usd(site))
         memory = self.work.memory
         for n in range(1, min(self.max_nodes, max_nodes or 10**9) + 1):
             if n * pool.gpus_per_node > self.max_gpus:
@@ -272,31 +281,26 @@ class _Builder:
             if memory is not None and not memory.fits(n * pool.gpus_per_node, pool.gpus_per_node,
                                                       offering.gpu_memory_gb):
                 continue  # too few GPUs to shard the model states over (or TP does not divide the node)
-            cfg = self._config(pool, offering, n, risk, kg, estimated)
+            cfg = self._config(pool, offering, n, risk, spot, charges, kg, estimated)
             if cfg is not None:
                 out.append(cfg)
         return out
 
-    def _config(self, pool: Pool, o: Offering, n: int, estimated_risk: RiskEstimate | None, kg: float,
-                estimated: bool) -> Config | None:
+    def _config(self, pool: Pool, o: Offering, n: int, estimated_risk: RiskEstimate | None, spot: _SpotPool | None,
+                charges: _Charges, kg: float, estimated: bool) -> Config | None:
         job, work = self.job, self.work
         raw = work.rate(pool.gpu, n * pool.gpus_per_node)
         ckpt_h = job.workload.checkpoint_gb / (job.overheads.checkpoint_write_gbps * n) / 3600.0
-        site = Site(pool.cloud, pool.region)
-        t = self.transfers
-        stage_usd, stage_h = t.stage(site)
-        load_usd, load_h = t.load(site)
         overhead = None
         wall, p90 = 1.0, 1.0
-        risk = estimated_risk.rate if estimated_risk is not None else None
-        if risk is not None:
+        if spot is not None:
             overhead = spot_overhead(
-                interruption_rate=risk,
+                interruption_rate=spot.rate,
                 nodes=n,
                 checkpoint_hours=ckpt_h,
                 # a restart reads the checkpoint back: from its store, when that is elsewhere
-                restart_hours=job.overheads.restart_minutes / 60.0 + ckpt_h + load_h,
-                notice_hours=notice_lead_s(pool.cloud) / 3600,
+                restart_hours=job.overheads.restart_minutes / 60.0 + ckpt_h + charges.load_hours,
+                notice_hours=spot.notice_hours,
                 nominal_hours=work.work / raw,
             )
             if overhead is None:
@@ -305,27 +309,46 @@ class _Builder:
         rate = raw / wall
         waits = {}
         if overhead is not None:
-            cw = capacity_wait(o)
-            patience = job.overheads.capacity_patience_hours
-            launch, launch_p90 = cw.launch(patience)
             whole = work.work / rate  # billed wall hours of the whole job on this configuration
-            losses = risk * n  # per billed wall hour
-            loss_mean, loss_p90 = cw.after_losses(losses * whole, patience)
-            waits = dict(launch_wait_hours=launch, launch_wait_p90_hours=launch_p90,
+            losses = spot.rate * n  # per billed wall hour
+            loss_mean, loss_p90 = spot.capacity.after_losses(losses * whole, job.overheads.capacity_patience_hours)
+            waits = dict(launch_wait_hours=spot.launch[0], launch_wait_p90_hours=spot.launch[1],
                          wait_per_hour=loss_mean / whole if whole else 0.0,
-                         wait_p90_per_hour=loss_p90 / whole if whole else 0.0, capacity=cw)
+                         wait_p90_per_hour=loss_p90 / whole if whole else 0.0, capacity=spot.capacity)
         # Streamed reads are paid per unit of work done here; each expected restart reloads the checkpoint,
         # and every checkpoint written to a store in another region or cloud leaves this one.
-        data_ph = t.stream_usd_per_gb_total(site) * rate / work.work if work.work > 0 else 0.0
+        data_ph = charges.stream_usd_per_gb * rate / work.work if work.work > 0 else 0.0
         ckpt_ph = 0.0
+        load_usd, load_h = charges.load_usd, charges.load_hours
         if overhead is not None:
-            writes = risk * n if math.isinf(overhead.interval_hours) else 1.0 / (overhead.interval_hours * wall)
-            ckpt_ph = load_usd * risk * n + t.write_usd(site) * writes
+            writes = spot.rate * n if math.isinf(overhead.interval_hours) else 1.0 / (overhead.interval_hours * wall)
+            ckpt_ph = load_usd * spot.rate * n + charges.write_usd * writes
+        resume = self.transfers.resume
         return Config(pool=pool, nodes=n, raw_rate=raw, rate=rate, p90_factor=p90, kg_per_hour=kg * n,
                       as_of=o.as_of, overhead=overhead, carbon_estimated=estimated, risk=estimated_risk,
-                      stage_usd=stage_usd, stage_hours=stage_h, entry_usd=load_usd, entry_hours=load_h,
-                      start_usd=load_usd if t.resume else 0.0, start_hours=load_h if t.resume else 0.0,
+                      stage_usd=charges.stage_usd, stage_hours=charges.stage_hours, entry_usd=load_usd,
+                      entry_hours=load_h, start_usd=load_usd if resume else 0.0, start_hours=load_h if resume else 0.0,
                       data_usd_per_hour=data_ph, ckpt_usd_per_hour=ckpt_ph, **waits)
+
+
+class _SpotPool(NamedTuple):
+    """What a spot pool's configurations share, worked out once per pool."""
+
+    rate: float  # interruptions per node-hour
+    notice_hours: float
+    capacity: CapacityWait
+    launch: tuple[float, float]  # expected and P90 wait for capacity at a launch
+
+
+class _Charges(NamedTuple):
+    """A pool's data-gravity charges (planner.transfer), the same at every node count."""
+
+    stage_usd: float
+    stage_hours: float
+    load_usd: float
+    load_hours: float
+    stream_usd_per_gb: float
+    write_usd: float
 
 
 def _held_configs(job, work, catalog, today, builder: _Builder, warnings) -> list[Config]:
@@ -367,18 +390,20 @@ def prune_dominated(configs: list[Config], *, carbon: bool = False) -> list[Conf
 
 
 def _criteria(configs: list[Config], carbon: bool) -> np.ndarray:
-    cols = [
-        [(c.burn + c.egress_per_hour) / c.rate for c in configs],
-        [(c.p90_factor + c.wait_p90_per_hour) / c.rate for c in configs],
-        [(1.0 + c.wait_per_hour) / c.rate for c in configs],
-        [c.burn for c in configs],
-        # once per phase: the wait for capacity at its launch
-        [c.launch_wait_hours for c in configs],
-        [c.launch_wait_p90_hours for c in configs],
-    ]
-    if carbon:
-        cols.append([c.kg_per_hour / c.rate for c in configs])
-    return np.array(cols).T  # configs x criteria
+    rows = []
+    for c in configs:
+        burn = c.pool.hourly_usd * c.nodes
+        rows.append((
+            (burn + (c.data_usd_per_hour + c.ckpt_usd_per_hour)) / c.rate,  # burn + egress_per_hour
+            (c.p90_factor + c.wait_p90_per_hour) / c.rate,
+            (1.0 + c.wait_per_hour) / c.rate,
+            burn,
+            # once per phase: the wait for capacity at its launch
+            c.launch_wait_hours,
+            c.launch_wait_p90_hours,
+            *((c.kg_per_hour / c.rate,) if carbon else ()),
+        ))
+    return np.array(rows, dtype=float).reshape(len(configs), 7 if carbon else 6)  # configs x criteria
 
 
 def _prune_staged(configs: list[Config], *, carbon: bool) -> list[Config]:
@@ -420,17 +445,13 @@ def _prune_group(configs: list[Config], *, carbon: bool) -> list[Config]:
     keep = np.ones(len(free), dtype=bool)
     order = np.lexsort(m.T[::-1])  # best-first on the first criterion: dominators come early
     eps = 1e-12
+    alive = np.arange(len(free))  # the configurations still kept: each dominator is compared with these only
     for idx in order:
         if not keep[idx]:
             continue
         row = m[idx]
-        le = np.all(m >= row - eps * np.abs(row), axis=1)  # others at least as bad everywhere
-        lt = np.any(m > row + eps * np.abs(row), axis=1)  # and strictly worse somewhere
-        dominated = le & lt
-        dominated[idx] = False
-        keep &= ~dominated
-        # exact duplicates: keep the first seen
-        dup = le & ~lt
-        dup[idx] = False
-        keep &= ~dup
+        # at least as bad everywhere: dominated, or an exact duplicate (the first seen stays)
+        beaten = np.all(m[alive] >= row - eps * np.abs(row), axis=1) & (alive != idx)
+        keep[alive[beaten]] = False
+        alive = alive[~beaten]
     return [c for c, k in zip(free, keep) if k] + rest

@@ -10,14 +10,17 @@ import datetime as dt
 import math
 import time
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from planner.job import JobSpec
 from planner.milp import Limits, PlanModel, Solution
 from planner.plan import OBJECTIVE_VALUE, limits_for, plan
 from planner.pools import CandidateSet
-from planner.relax import Infeasibility, explain_infeasible
 from planner.workload import WorkModel
 from pricing.catalog import Catalog
+
+if TYPE_CHECKING:
+    from planner.relax import Infeasibility
 
 __all__ = ["CostLine", "PlanView", "Quote", "frontier", "limits_for", "make_quote", "view"]
 
@@ -98,6 +101,8 @@ def make_quote(
     quote = Quote(job=job, work=work, catalog=catalog, plan=None, objective=planned.objective,
                   candidates=candidates, today=today, tolerance=job.objective.tolerance)
     if best is None:
+        from planner.relax import explain_infeasible  # only a job with no plan needs it
+
         quote.infeasible = explain_infeasible(job, catalog, work, candidates, limits, today=today)
         quote.solve_seconds = time.perf_counter() - started
         return quote
@@ -122,7 +127,8 @@ def make_quote(
         quote.alternatives.append(view(alt))
         previous = alt
     if frontier_points > 1:
-        quote.frontier = frontier(model, limits, frontier_points, gaps=quote.frontier_gaps)
+        cheapest = (planned.exact or best) if planned.objective == "cost" else None
+        quote.frontier = frontier(model, limits, frontier_points, gaps=quote.frontier_gaps, optimum=cheapest)
     quote.solve_seconds = time.perf_counter() - started
     return quote
 
@@ -164,14 +170,15 @@ FRONTIER_NODES = 20
 the bound when it is not proven cheapest (a 128-node frontier point took 600 nodes, 5 s)."""
 
 
-def frontier(model: PlanModel, limits: Limits, points: int,
-             gaps: dict[float, float] | None = None) -> list[tuple[float, float]]:
+def frontier(model: PlanModel, limits: Limits, points: int, gaps: dict[float, float] | None = None,
+             optimum: Solution | None = None) -> list[tuple[float, float]]:
     """Cheapest expected cost for a range of P90 deadlines: the cost-vs-time Pareto frontier.
 
     The deadlines are solved from the tightest up, so each solve starts from the plan of the one
     before (still feasible under a looser deadline: a MIP start HiGHS only has to improve), and
     each within :data:`FRONTIER_NODES`; ``gaps`` receives the P90 hours of every point not proven
-    cheapest, with its relative gap."""
+    cheapest, with its relative gap.  ``optimum``, the cheapest plan within ``limits``, answers
+    every deadline it meets without a solve (no plan within a tighter deadline is cheaper)."""
     cheapest = model.solve("cost", deadline_hours=None)
     fastest = model.solve("p90_time", deadline_hours=None)  # last: the start of the tightest point
     if fastest is None or cheapest is None:
@@ -186,11 +193,13 @@ def frontier(model: PlanModel, limits: Limits, points: int,
         t = lo * (hi / lo) ** (i / (points - 1))
         if i == points - 1 and hi == cheapest.p90_hours:
             sol = cheapest  # the loosest point is the cheapest plan itself
+        elif optimum is not None and optimum.p90_hours <= t * (1 + 1e-9):
+            sol = optimum
         else:
             sol = model.solve("cost", deadline_hours=t * (1 + 1e-9), node_limit=FRONTIER_NODES)
         if sol is not None:
             out[round(sol.p90_hours, 6)] = sol.cost
-            if gaps is not None and sol is not cheapest and model.last_gap > 1e-6:
+            if gaps is not None and sol is not cheapest and sol is not optimum and model.last_gap > 1e-6:
                 gaps[round(sol.p90_hours, 6)] = model.last_gap
     pts = sorted(out.items())
     pareto, best = [], math.inf

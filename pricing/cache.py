@@ -18,12 +18,15 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import platformdirs
 
 from pricing.catalog import Catalog, Offering
 from pricing.errors import PricingError
-from pricing.refresh import FetchResult
+
+if TYPE_CHECKING:
+    from pricing.refresh import FetchResult
 
 DATA_DIR_ENV = "DANLU_DATA_DIR"
 """Environment variable that moves the data directory (and so the cache) elsewhere."""

@@ -29,7 +29,6 @@ from danlu import atomic_file
 from pricing.catalog import Catalog, Offering
 from pricing.errors import CatalogFormatError
 from pricing.plausible import conflict, implausible, strict_number
-from pricing.skypilot import read_skypilot_catalog
 
 EMBEDDED_OFFERINGS = Path(__file__).resolve().parent / "embedded" / "offerings.csv"
 
@@ -165,6 +164,8 @@ def load_catalog_path(path: str | Path) -> Catalog:
     """The catalog at ``path``: a SkyPilot catalog directory or an offerings ``.csv`` file."""
     path = Path(path).expanduser()
     if path.is_dir():
+        from pricing.skypilot import read_skypilot_catalog  # its parsers load only for a SkyPilot catalog
+
         return read_skypilot_catalog(path)
     if path.is_file() and path.suffix.lower() == ".csv":
         return Catalog.of(read_offerings_csv(path), origin=str(path))

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from pricing.catalog import Catalog
-from pricing.cache import load_cached_catalog
 from pricing.embedded_catalog import load_catalog_path, load_embedded_catalog, load_local_catalog, overlay
 
 
@@ -16,6 +15,8 @@ def resolve_catalog(path: str | Path | None = None, *, use_cache: bool = True) -
         return load_catalog_path(path)
     if not use_cache:
         return load_embedded_catalog()
+    from pricing.cache import load_cached_catalog  # SQLite: only when the cache is read
+
     catalog = load_local_catalog()
     cached = load_cached_catalog()
     if cached is not None and len(cached):

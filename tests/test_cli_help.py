@@ -54,3 +54,18 @@ def test_summaries_are_each_commands_own_help() -> None:
     own = {choice.dest: choice.help for choice in sub._choices_actions}
     assert set(SUMMARIES) == set(COMMANDS)
     assert {name: own[name] for name in COMMANDS} == SUMMARIES
+
+
+def test_a_json_quote_loads_neither_rich_nor_pulp_nor_sqlite() -> None:
+    """`planner quote --json` solves through HiGHS and prints JSON: the tables' rich, the CBC fallback's
+    PuLP and the price cache's SQLite (not read with --no-cache) stay unloaded (bench/quote.py)."""
+    from pathlib import Path
+
+    job = Path(__file__).resolve().parents[1] / "examples" / "gpt-7b-finetune.toml"
+    code = ("import sys, contextlib, io; from planner.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    assert main(sys.argv[1:]) == 0\n"
+            "print(sorted(m for m in ('rich', 'pulp', 'sqlite3', 'numpy.ma', 'highspy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, "quote", str(job), "--json", "--no-cache"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['highspy']"
