@@ -34,6 +34,8 @@ _EMAIL = re.compile(r"[^@\s<>,;\"]{1,64}@[A-Za-z0-9.-]{1,255}")
 PurchaseOption = Literal["spot", "on_demand", "reserved_1y", "reserved_3y"]
 OptionValue = str | bool | int | float | list[str]
 """A ``[run.options]`` value: what a provider setting can be (an image id, a flag, a list of subnets)."""
+ProviderOptions = dict[str, OptionValue]
+"""``[run.options.NAME]``: one provider's own settings, for ``provider = "auto"`` (runtime/providers/auto.py)."""
 
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
@@ -235,8 +237,9 @@ class Run(_Section):
         default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$",
         description="region of an object-store checkpoint_dir, so a pool elsewhere pays for loading it")
     # The provider's own settings (image, network, service account...); the provider checks
-    # them (runtime.providers.base.Provider.check_options) before a run directory exists.
-    options: dict[str, OptionValue] = Field(default_factory=dict, max_length=100)
+    # them (runtime.providers.base.Provider.check_job) before a run directory exists. A table
+    # names one provider's own, for provider = "auto" (every other provider refuses tables).
+    options: dict[str, OptionValue | ProviderOptions] = Field(default_factory=dict, max_length=100)
     max_restarts: int = Field(default=3, ge=0, le=100)
     on_deadline_miss: Literal["continue", "stop"] = Field(
         default="continue",
