@@ -17,11 +17,13 @@ are up, not when the job is done:
   run), and ``max_hours`` counts down by the hours the run has held it. An eviction does not
   leave the cluster out: the team's quota is still there, and a re-plan may run it again.
 
-A timeline, for ``examples/cluster-burst.toml`` with ``max_hours = 6``::
+A timeline, for ``examples/cluster-burst.toml`` (its quote: the cluster 8.70 h, of which 1.50 h
+queue wait, then spot on AWS)::
 
-    t=0     plan: 2x a100 cluster kubernetes:lab/ml-team (6 h), then 1x p6-b200.48xlarge spot aws
-    t=7.5h  (1.5 h queue wait, 6 h on the cluster) stop -> checkpoint at step 4620 -> pods released
-    t=7.5h  re-plan without the cluster: 1x p6-b200.48xlarge spot aws:us-east-1 from step 4620
+    t=0      plan: 2x a100 cluster kubernetes:lab/ml-team, then 1x p6-b200.48xlarge spot aws
+    t=1.5h   the pods are scheduled (billing starts at the internal price)
+    t=8.7h   7.20 billed hours later: stop -> the workers checkpoint -> the Job and Service are deleted
+    t=8.7h   re-plan without the cluster: 1x p6-b200.48xlarge spot aws:us-east-1, from that checkpoint
 """
 
 from __future__ import annotations

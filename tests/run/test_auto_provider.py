@@ -275,3 +275,9 @@ def test_auto_needs_an_object_store_checkpoint_dir(tmp_path: Path, capsys: pytes
     path.write_text(path.read_text().replace('checkpoint_dir = "s3://bucket/ckpt"', 'checkpoint_dir = "ckpt"'))
     assert main(["run", str(path), "--run-dir", str(tmp_path / "run")]) == 2
     assert "must be an object-store URL for provider 'auto'" in " ".join(capsys.readouterr().err.split())
+
+
+def test_the_shipped_example_of_a_mixed_plan_passes_the_checks() -> None:
+    job = load_job(Path(__file__).resolve().parents[2] / "examples" / "cluster-burst.toml")
+    assert job.run.provider == "auto" and targets(job) == ["kubernetes", "aws"]
+    AutoProvider.check_job(job)
