@@ -428,8 +428,8 @@ class Controller:
         purchase: tuple[str, ...] | None = None
         while last is not None:
             decision = decide(
-                self.policy, job=self._plannable_job(), catalog=self.catalog, elapsed_hours=self.clock.elapsed_hours(),
-                work_done=done, work_total=total, rate_per_hour=self.state.rate(self.job, last.pool, last.nodes),
+                self.policy, job=self._plannable_job(), catalog=self.catalog,
+                elapsed_hours=self.clock.elapsed_hours(), work_done=done, work_total=total, rate_per_hour=self.state.rate(self.job, last.pool, last.nodes),
                 cooling=self.state.cooling_at(self.clock.now()), preempted=preempted,
                 memory=PolicyMemory.from_dict(self.state.policy_memory), tick_hours=TICK_HOURS,
             )

@@ -50,11 +50,11 @@ def phase_hours(plan: Mapping[str, Any] | None, pool: Pool, job: JobSpec, used_h
         return None
     limits = []
     phases = (plan or {}).get("phases") or []
-    if len(phases) > 1 and _pool_of(phases[0]) == pool.key:
-        first = phases[0]
+    first = phases[0] if phases else {}
+    if len(phases) > 1 and _pool_of(first) == pool.key and isinstance(first.get("hours"), int | float):
         waits = float(first.get("queue_wait_hours") or 0.0)
         staging = float((first.get("transfer") or {}).get("data_staging_hours") or 0.0)
-        limits.append(float(first["hours"]) - waits - staging)  # pending pods and staging are not billed
+        limits.append(first["hours"] - waits - staging)  # pending pods and staging are not billed
     cluster = find_cluster(job, pool)
     if cluster is not None and cluster.max_hours is not None:
         limits.append(cluster.max_hours - used_hours)
@@ -81,8 +81,9 @@ def replan_job(job: JobSpec, *, left_out: Collection[str] = (),
     return job.model_copy(update={"purchase": job.purchase.model_copy(update={"cluster": tuple(kept)})})
 
 
-def _pool_of(phase: Mapping[str, Any]) -> tuple[str, str] | None:
+def _pool_of(phase: Any) -> tuple[str, str] | None:
+    """The pool key of a plan phase; None for one that does not read (a hand-written ``--plan``)."""
     try:
         return Pool.from_dict(phase).key
-    except (KeyError, TypeError, ValueError, PoolError):
+    except (KeyError, TypeError, ValueError, AttributeError, PoolError):
         return None

@@ -31,7 +31,7 @@ nodes reach (the remote-ness rule holds for the whole run, whichever cloud a pha
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from danlu import atomic_file
@@ -103,10 +103,8 @@ class AutoProvider(Provider):
     remote = True
     delegates = True
 
-    def __init__(self, context: ProviderContext, *,
-                 create: Callable[[str, ProviderContext], Provider] = registry.create):
+    def __init__(self, context: ProviderContext):
         self.context = context
-        self._create = create
         self._built: dict[str, Provider] = {}
         context.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
 
@@ -124,7 +122,13 @@ class AutoProvider(Provider):
         names = targets(job)
         where = {n: "[[purchase.cluster]]" if n == CLUSTER_CLOUD and n not in job.constraints.clouds
                  else "[constraints] clouds" for n in names}
-        _check(job.run.options, list(dict.fromkeys([*names, *sorted(_tables(job.run.options))])), where)
+        try:
+            _check(job.run.options, list(dict.fromkeys([*names, *sorted(_tables(job.run.options))])), where)
+        except ProviderError as exc:
+            if job.constraints.clouds:
+                raise
+            raise ProviderError(f"{exc} ([constraints] clouds names none, so the run may use every cloud provider "
+                                f"installed: {', '.join(names)}; name its clouds to narrow them.)") from None
 
     # -- routing ---------------------------------------------------------------------------
     def provider_for(self, name: str) -> Provider:
@@ -132,7 +136,7 @@ class AutoProvider(Provider):
         if name not in self._built:
             _target_class(name, f"provider \"auto\": pools on {name!r}")
             self._record(name)
-            self._built[name] = self._create(name, ProviderContext(
+            self._built[name] = registry.create(name, ProviderContext(
                 self.context.state_dir / name, self.context.clock, chaos=self.context.chaos,
                 hold_nodes=self.context.hold_nodes, run_id=self.context.run_id,
                 options=options_for(self.context.options, name), run_dir=self.context.run_root))

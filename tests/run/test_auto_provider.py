@@ -21,8 +21,9 @@ from runtime.control.clock import ManualClock
 from runtime.providers import registry
 from runtime.providers.auto import ROUTES, AutoProvider, options_for, targets
 from runtime.providers.base import LaunchSpec, Node, NodeState, NodeStatus, Provider, ProviderContext, ProviderError
+from runtime.providers.cloud_api import CapacityError
 from runtime.providers.notices import INTERRUPTION, Notice
-from tests.run.helpers import write_catalog, write_job
+from tests.run.helpers import cluster_table, write_catalog, write_job
 
 CALLS: list[tuple[str, str, tuple[str, ...]]] = []
 BUILT: dict[str, ProviderContext] = {}
@@ -50,6 +51,8 @@ class _Recorder(Provider):
         CALLS.append((self.name, call, tuple(n.id for n in nodes)))
 
     def provision(self, pool, *, nodes, launch_id):
+        if pool.zone == "full":
+            raise CapacityError(f"{self.name}: no capacity in {pool.zone}", code="Unschedulable")
         made = [Node(f"{launch_id}-n{i}", i, pool, 0.0, {"instance": f"{self.name}-{launch_id}-{i}"})
                 for i in range(nodes)]
         self._log("provision", made)
@@ -162,6 +165,16 @@ def test_a_resumed_controller_releases_each_node_by_its_owner_and_sweeps_every_p
         ("aws", "release_stale", ("l-2-n0", "l-2-n1")), ("kubernetes", "release_stale", ())]
 
 
+def test_a_capacity_error_of_either_side_reaches_the_controller_as_it_was(tmp_path: Path, recorders) -> None:
+    """The controller blocks the pool and re-plans on a ProviderError: the router must not wrap or swallow it."""
+    auto = _auto(tmp_path)
+    for pool in (CLUSTER_POOL, AWS_POOL):
+        full = Pool(**{**pool.to_dict(), "zone": "full"})
+        with pytest.raises(CapacityError, match=f"{pool.cloud}: no capacity in full") as caught:
+            auto.provision(full, nodes=1, launch_id="l-1")
+        assert caught.value.code == "Unschedulable"
+
+
 def test_a_node_without_an_owner_in_its_handle_goes_to_its_pools_cloud(tmp_path: Path, recorders) -> None:
     auto = _auto(tmp_path)
     bare = Node("l-9-n0", 0, AWS_POOL, 0.0, {"instance": "i-1"})  # recorded before the handle said whose
@@ -193,20 +206,9 @@ def test_a_pool_of_a_cloud_without_a_remote_provider_is_refused_by_name(tmp_path
 
 # -- options ------------------------------------------------------------------------------
 
-CLUSTER = """
-[[purchase.cluster]]
-name = "t4"
-context = "lab"
-namespace = "ml"
-gpu = "T4"
-gpus_per_node = 1
-max_gpus = 1
-"""
-
-
 def _job(tmp_path: Path, options: str, *, provider: str = "auto", clouds: str = '["aws"]') -> Path:
     path = write_job(tmp_path / "job.toml", entrypoint=["python", "train.py"], nproc=1,
-                     extra=f'checkpoint_dir = "s3://bucket/ckpt"\n{options}\n{CLUSTER}')
+                     extra=f'checkpoint_dir = "s3://bucket/ckpt"\n{options}\n{cluster_table()}')
     text = path.read_text().replace('provider = "local"', f'provider = "{provider}"')
     path.write_text(text.replace("max_nodes = 1", f"max_nodes = 1\nclouds = {clouds}"))
     return path
@@ -281,3 +283,12 @@ def test_the_shipped_example_of_a_mixed_plan_passes_the_checks() -> None:
     job = load_job(Path(__file__).resolve().parents[2] / "examples" / "cluster-burst.toml")
     assert job.run.provider == "auto" and targets(job) == ["kubernetes", "aws"]
     AutoProvider.check_job(job)
+
+
+def test_a_job_naming_no_clouds_checks_the_shared_keys_with_every_cloud_provider_installed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = _job(tmp_path, '[run.options]\nimage_id = "ami-12345678"', clouds="[]")
+    assert main(["run", str(job), "--run-dir", str(tmp_path / "run")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "[run.options] image_id: provider" in err and "'kubernetes'" in err and "[run.options.aws]" in err
+    assert "[constraints] clouds names none, so the run may use every cloud provider installed" in err

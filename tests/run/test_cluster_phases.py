@@ -23,29 +23,14 @@ from runtime.control.replan import first_plan
 from runtime.control.run_state import load_state, new_state
 from runtime.providers.fake import Reclaim
 from tests.run.fake_run import AWS_A, SCALE, billed, open_run, script, start_run
-from tests.run.helpers import write_catalog, write_job
+from tests.run.helpers import cluster_table, write_catalog, write_job
 
 CLUSTER = "kubernetes:lab/ml:t4"
 MAX_HOURS = 0.04
 
 
-def cluster_table(max_hours: float | None = MAX_HOURS) -> str:
-    cap = f"max_hours = {max_hours}" if max_hours is not None else ""
-    return f"""
-[[purchase.cluster]]
-name = "t4"
-context = "lab"
-namespace = "ml"
-gpu = "T4"
-gpus_per_node = 1
-max_gpus = 1
-gpu_hour_usd = 0.05
-{cap}
-"""
-
-
 def start(tmp_path: Path, fake, **job):
-    return start_run(tmp_path, fake, restart_minutes=0.1, extra=cluster_table(), **job)
+    return start_run(tmp_path, fake, restart_minutes=0.1, extra=cluster_table(MAX_HOURS), **job)
 
 
 def test_the_cluster_phase_ends_at_a_checkpoint_and_the_cloud_finishes_the_job(tmp_path: Path) -> None:
@@ -138,3 +123,11 @@ def test_phase_hours_and_the_job_a_re_plan_solves(tmp_path: Path) -> None:
     assert phases.replan_job(job, used_hours={pool.id: 2.5}).purchase.cluster[0].max_hours == 3.5
     assert phases.replan_job(job, used_hours={pool.id: 6.0}).purchase.cluster == ()
     assert phases.replan_job(job, left_out={"aws:x"}) is job
+
+
+def test_a_hand_written_plan_without_hours_leaves_only_the_teams_cap(tmp_path: Path) -> None:
+    job = load_job(write_job(tmp_path / "job.toml", entrypoint=["python", "t.py"], extra=cluster_table(6.0)))
+    pool = cluster_pool(job.purchase.cluster[0])
+    bare = {"phases": [{**pool.to_dict(), "nodes": 1}, {"cloud": "aws"}]}  # `planner run --plan` by hand
+    assert phases.phase_hours(bare, pool, job) == 6.0
+    assert phases.phase_hours({"phases": ["nonsense", {}]}, pool, job) == 6.0
