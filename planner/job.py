@@ -38,6 +38,12 @@ ProviderOptions = dict[str, OptionValue]
 """``[run.options.NAME]``: one provider's own settings, for ``provider = "auto"`` (runtime/providers/auto.py)."""
 
 
+def _is_option_value(value: Any) -> bool:
+    if isinstance(value, list):
+        return all(isinstance(v, str) for v in value)
+    return isinstance(value, str | bool | int | float)
+
+
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 """A job's name is a slug: it names the run directory, files and e-mail subjects."""
 MAX_FILE_BYTES = 1 << 20
@@ -252,6 +258,23 @@ class Run(_Section):
     def _argv_not_shell(cls, value: Any) -> Any:
         if isinstance(value, str):
             raise ValueError('entrypoint is an argv list, e.g. ["python", "train.py"], never a shell string')
+        return value
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _option_values(cls, value: Any) -> Any:
+        """One line per bad value, naming it (a union's own errors list every type it tried)."""
+        if not isinstance(value, dict):
+            return value
+        for key, item in value.items():
+            inner = item.items() if isinstance(item, dict) else [(None, item)]
+            for sub, option in inner:
+                if not _is_option_value(option):
+                    where = f"[run.options.{key}] {sub}" if sub is not None else f"[run.options] {key}"
+                    what = "a table" if isinstance(option, dict) else repr(option)[:60]
+                    raise ValueError(f"{where} is {what}: an option is a string, a number, true/false or a list of "
+                                     "strings (a table [run.options.NAME] holds one provider's options, for "
+                                     "provider = \"auto\")")
         return value
 
     @field_validator("checkpoint_dir")

@@ -292,3 +292,14 @@ def test_a_job_naming_no_clouds_checks_the_shared_keys_with_every_cloud_provider
     err = " ".join(capsys.readouterr().err.split())
     assert "[run.options] image_id: provider" in err and "'kubernetes'" in err and "[run.options.aws]" in err
     assert "[constraints] clouds names none, so the run may use every cloud provider installed" in err
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ('[run.options.aws.deeper]\nzone = "a"', "[run.options.aws] deeper is a table: an option is a string, a number"),
+    ("[run.options]\nheartbeat_s = [1]", "[run.options] heartbeat_s is [1]: an option is a string, a number"),
+])
+def test_an_option_that_is_no_option_value_is_one_line_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], options: str, message: str) -> None:
+    assert main(["run", str(_job(tmp_path, options)), "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert message in " ".join(err.split()) and len(err.strip().splitlines()) == 2, err
