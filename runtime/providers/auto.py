@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from danlu import atomic_file
@@ -232,8 +233,7 @@ class AutoProvider(Provider):
 def _with_owner(node: Node, name: str) -> Node:
     if node.handle.get(OWNER) == name:
         return node
-    return Node(id=node.id, index=node.index, pool=node.pool, provisioned_at=node.provisioned_at,
-                handle={**node.handle, OWNER: name})
+    return replace(node, handle={**node.handle, OWNER: name})
 
 
 def _check(options: Mapping[str, Any], names: Sequence[str], where: Mapping[str, str]) -> None:
@@ -252,7 +252,7 @@ def _check(options: Mapping[str, Any], names: Sequence[str], where: Mapping[str,
         users = [n for n in classes if key not in tables.get(n, {})]
         errors = {n: _refusal(classes[n], key, value) for n in users}
         refused = [n for n in users if errors[n]]
-        takers = [n for n in classes if n not in refused]
+        takers = [n for n in users if not errors[n]]
         if refused and not takers:
             problems.append(errors[refused[0]])  # a bad value, or a key no provider takes: its own message
         elif refused:
