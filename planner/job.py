@@ -34,6 +34,14 @@ _EMAIL = re.compile(r"[^@\s<>,;\"]{1,64}@[A-Za-z0-9.-]{1,255}")
 PurchaseOption = Literal["spot", "on_demand", "reserved_1y", "reserved_3y"]
 OptionValue = str | bool | int | float | list[str]
 """A ``[run.options]`` value: what a provider setting can be (an image id, a flag, a list of subnets)."""
+ProviderOptions = dict[str, OptionValue]
+"""``[run.options.NAME]``: one provider's own settings, for ``provider = "auto"`` (runtime/providers/auto.py)."""
+
+
+def _is_option_value(value: Any) -> bool:
+    if isinstance(value, list):
+        return all(isinstance(v, str) for v in value)
+    return isinstance(value, str | bool | int | float)
 
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
@@ -235,8 +243,9 @@ class Run(_Section):
         default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$",
         description="region of an object-store checkpoint_dir, so a pool elsewhere pays for loading it")
     # The provider's own settings (image, network, service account...); the provider checks
-    # them (runtime.providers.base.Provider.check_options) before a run directory exists.
-    options: dict[str, OptionValue] = Field(default_factory=dict, max_length=100)
+    # them (runtime.providers.base.Provider.check_job) before a run directory exists. A table
+    # names one provider's own, for provider = "auto" (every other provider refuses tables).
+    options: dict[str, OptionValue | ProviderOptions] = Field(default_factory=dict, max_length=100)
     max_restarts: int = Field(default=3, ge=0, le=100)
     on_deadline_miss: Literal["continue", "stop"] = Field(
         default="continue",
@@ -249,6 +258,23 @@ class Run(_Section):
     def _argv_not_shell(cls, value: Any) -> Any:
         if isinstance(value, str):
             raise ValueError('entrypoint is an argv list, e.g. ["python", "train.py"], never a shell string')
+        return value
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _option_values(cls, value: Any) -> Any:
+        """One line per bad value, naming it (a union's own errors list every type it tried)."""
+        if not isinstance(value, dict):
+            return value
+        for key, item in value.items():
+            inner = item.items() if isinstance(item, dict) else [(None, item)]
+            for sub, option in inner:
+                if not _is_option_value(option):
+                    where = f"[run.options.{key}] {sub}" if sub is not None else f"[run.options] {key}"
+                    what = "a table" if isinstance(option, dict) else repr(option)[:60]
+                    raise ValueError(f"{where} is {what}: an option is a string, a number, true/false or a list of "
+                                     "strings (a table [run.options.NAME] holds one provider's options, for "
+                                     "provider = \"auto\")")
         return value
 
     @field_validator("checkpoint_dir")

@@ -218,3 +218,17 @@ def test_bad_input_is_one_clear_error(tmp_path: Path, clouds, capsys) -> None:
     assert "nowhere: no runs directory there" in err and "--runs-dir" in err
     assert main(["gc", "--runs-dir", str(tmp_path), "--provider", "nosuch"]) == 2
     assert "--provider nosuch: not registered" in capsys.readouterr().err
+
+
+def test_gc_asks_the_clouds_not_the_provider_that_routes_to_them(
+        tmp_path: Path, clouds, monkeypatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``auto`` owns no instances (its clouds' providers list them): gc must not count it as a cloud that failed."""
+    monkeypatch.setattr(registry, "_targets", lambda: {
+        "local": "runtime.providers.local:LocalProvider", "auto": "runtime.providers.auto:AutoProvider",
+        "mema": f"{__name__}:MemCloudA",
+    })
+    runs = _runs(tmp_path)
+    clouds["mema"].add("i-ended", "ended", hourly_usd=1.0)
+    assert main(["gc", "--runs-dir", str(runs)]) == 0
+    out = capsys.readouterr().out
+    assert "i-ended" in out and "auto" not in out

@@ -118,7 +118,7 @@ def _clouds(registry, wanted: set[str], console: Console) -> tuple[dict[str, obj
             failed.append(name)
             console.print(f"[red]{escape(name)}[/]: {escape(str(exc))}", highlight=False)
             continue
-        if not cls.remote:
+        if not cls.remote or cls.delegates:  # "auto" owns nothing: its clouds' providers list theirs
             continue
         compute = getattr(cls, "compute", None)
         if compute is None:

@@ -39,6 +39,7 @@ _SHOWN = {
     "checkpoint_request": "asked the workers to {action}: {reason}",
     "launch_end": "launch {launch}: {outcome} at step {committed_step} ({reason}; {lost_steps} steps lost)",
     "preemption": "preempted: {pool} cools down; interruption estimate {prior_rate}/h -> {interruption_rate}/h",
+    "phase_end": "phase end: {pool} is left for the rest of the run after {hours} h, at step {step}",
     "failure": "failure {failures} of {max_restarts} allowed: {cause}",
     "budget_cap": "budget cap: {reason}",
     "recovered": "recovered after a controller restart: released {stale_nodes}",
@@ -179,7 +180,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         # reach fail before anything is written.
         provider_cls = registry.load(provider)
         try:
-            provider_cls.check_options(job.run.options)
+            provider_cls.check_job(job)
         except RuntimeFailure as exc:
             raise RuntimeFailure(f"{args.job}: {exc}") from None
         if provider_cls.remote and "://" not in (job.run.checkpoint_dir or ""):

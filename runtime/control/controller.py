@@ -22,6 +22,12 @@ without capacity (it cools down and the job is re-planned elsewhere). Nodes are 
 released -- by pid, never by name -- before the controller moves on or exits, and
 whatever goes wrong, ``state.json`` ends in an end state (never "running" after an error).
 
+A launch on the team's cluster ends when its phase does (:mod:`runtime.control.phases`):
+after the hours the plan gave it when the plan goes on to another pool, or the team's
+``max_hours``; the workers checkpoint on the stop request a notice sends, the cluster is
+left out of the re-plans from then on, and the next pool -- a cloud's -- resumes from that
+checkpoint.
+
 When only the deadline stands in the way of a re-plan, the run goes on with the cheapest
 late plan, logs ``deadline_miss`` and alerts; with ``[run].on_deadline_miss = "stop"``
 it ends "infeasible" instead (the preempted launch has already checkpointed).
@@ -47,12 +53,12 @@ from planner.policy import ON_DEMAND, PolicyMemory, make_policy
 from planner.report import plan_json
 from pricing import learned, risk
 from pricing.catalog import Catalog
-from pricing.pool import Pool
+from pricing.pool import CLUSTER, Pool
 from pricing.sources import resolve_catalog
 from runtime.accounting import alerts, forecast
 from runtime.accounting.ledger import IntervalKey, Ledger
 from runtime.accounting.mailer import Mailer
-from runtime.control import checkpoint_owner
+from runtime.control import checkpoint_owner, phases
 from runtime.control.chaos import ChaosFired, ChaosPlan, parse_chaos
 from runtime.control.clock import Clock, WallClock
 from runtime.control.events import FILENAME as EVENTS_FILE
@@ -138,6 +144,7 @@ class _LaunchEnd:
     no_capacity: bool = False
     checkpoint_kept: bool = True
     permanent: bool = False  # a failure a retry would repeat (the checkpoint storage refuses writes)
+    phase_end: bool = False  # stopped at a checkpoint because the pool's phase ended (runtime.control.phases)
 
 
 class Controller:
@@ -421,8 +428,8 @@ class Controller:
         purchase: tuple[str, ...] | None = None
         while last is not None:
             decision = decide(
-                self.policy, job=self.job, catalog=self.catalog, elapsed_hours=self.clock.elapsed_hours(),
-                work_done=done, work_total=total, rate_per_hour=self.state.rate(self.job, last.pool, last.nodes),
+                self.policy, job=self._plannable_job(), catalog=self.catalog,
+                elapsed_hours=self.clock.elapsed_hours(), work_done=done, work_total=total, rate_per_hour=self.state.rate(self.job, last.pool, last.nodes),
                 cooling=self.state.cooling_at(self.clock.now()), preempted=preempted,
                 memory=PolicyMemory.from_dict(self.state.policy_memory), tick_hours=TICK_HOURS,
             )
@@ -472,13 +479,24 @@ class Controller:
         budget = self.job.constraints.budget_usd
         m = self.state.measured
         return replan_or_late(ReplanRequest(
-            job=self.job, catalog=self.catalog, work_left=total - done,
+            job=self._plannable_job(), catalog=self.catalog, work_left=total - done,
             budget_left_usd=budget - self.ledger.total_usd(now) if budget is not None else None,
             hours_left=(self.deadline_at - now) / 3600 if self.deadline_at is not None else None,
             restart_hours=self.job.overheads.restart_minutes / 60,
             measured=Measured(m.gpu, m.gpus, m.units_per_hour, m.steps) if m else None,
             cooling=cooling, rates=dict(self.state.rates), purchase=purchase,
         ))
+
+    def _plannable_job(self) -> JobSpec:
+        """The job a re-plan solves: without the cluster pools left out now (runtime.control.phases)."""
+        return phases.replan_job(self.job, left_out=self.state.left_out_at(self.clock.now()),
+                                 used_hours=self.state.pool_hours)
+
+    def _phase_end_at(self, record: LaunchRecord) -> float | None:
+        """When the launch's phase ends (simulated time), or None: it runs until the job is done."""
+        hours = phases.phase_hours(self.state.plan, record.pool, self.job,
+                                   self.state.pool_hours.get(record.pool.id, 0.0))
+        return None if hours is None else record.provisioned_at + hours * 3600
 
     def _deadline_missed(self, result: ReplanResult) -> bool:
         """Log and alert a plan that can only finish late; True when the job says to stop instead."""
@@ -572,6 +590,8 @@ class Controller:
         notice: tuple[Node, Notice] | None = None
         ending_since: float | None = None
         budget_stop = False
+        phase_end_at = self._phase_end_at(record)
+        phase_end = False
         while True:
             statuses = self.provider.poll(nodes)
             if record.training_at is None:
@@ -607,6 +627,11 @@ class Controller:
                     self.events.emit("budget_release", reason="the checkpoint did not commit in time: release "
                                      "without it to stay under the budget", spent_usd=round(cap.spent_usd, 4))
                     break
+            if (phase_end_at is not None and stop_sent is None and record.training_at is not None
+                    and self.clock.now() >= phase_end_at):
+                phase_end = True
+                stop_sent = self._request("stop", f"{record.pool.id}: its phase of the plan ends (the hours the "
+                                                  "plan gives the team's cluster): checkpoint and move on")
             if stop_sent is not None and self._worker_state(record.launch_id) == "preempted":
                 break  # the checkpoint is committed: release now rather than pay for the workers' teardown
             ended = any(st.state in (NodeState.EXITED, NodeState.RECLAIMED) for st in statuses)
@@ -626,8 +651,10 @@ class Controller:
         if notice is not None and not reclaimed:
             node, seen = notice
             self.provider.acknowledge(node, seen)  # Azure: evict now, the checkpoint is safe
-        self._release(record, nodes, reason="preempted" if notice or reclaimed else "launch ended")
-        return self._classify(record, statuses, reclaimed=reclaimed, budget_stop=budget_stop, notice=notice)
+        self._release(record, nodes, reason="preempted" if notice or reclaimed else
+                      "phase end" if phase_end else "launch ended")
+        return self._classify(record, statuses, reclaimed=reclaimed, budget_stop=budget_stop, notice=notice,
+                              phase_end=phase_end)
 
     def _status(self, launch_id: str) -> contract.RunStatus | None:
         try:
@@ -764,7 +791,8 @@ class Controller:
 
     # -- after a launch -------------------------------------------------------------------
     def _classify(self, record: LaunchRecord, statuses, *, reclaimed: bool, budget_stop: bool,
-                  notice: tuple[Node, Notice] | None, failure: str | None = None) -> _LaunchEnd:
+                  notice: tuple[Node, Notice] | None, failure: str | None = None,
+                  phase_end: bool = False) -> _LaunchEnd:
         status = self._status(record.launch_id)
         committed = self.store.latest_step() or 0
         permanent = False
@@ -787,16 +815,20 @@ class Controller:
         self._measure(record, status)
         reached = status.step if status is not None and status.state != "running" else self._estimate_step(record)
         lost = max(0, reached - committed)
-        record.outcome = outcome.value
+        # A stop the phase's end asked for, honoured with a checkpoint: planned, not a preemption.
+        phase_end = phase_end and outcome is contract.Outcome.PREEMPTED and status is not None \
+            and status.state == "preempted" and notice is None and not reclaimed
+        record.outcome = "phase_end" if phase_end else outcome.value
         record.reason = reason
-        self.events.emit("launch_end", launch=record.launch_id, outcome=outcome.value, reason=reason,
+        self.events.emit("launch_end", launch=record.launch_id, outcome=record.outcome, reason=reason,
                          committed_step=committed, reached_step=reached, lost_steps=lost,
                          nodes={st.node_id: st.state.value for st in statuses})
-        if outcome is contract.Outcome.PREEMPTED and not budget_stop:
+        if outcome is contract.Outcome.PREEMPTED and not budget_stop and not phase_end:
             self.state.lost_steps += lost
         self.save()
         kept = status is not None and status.state == "preempted"  # the stop's checkpoint committed
-        return _LaunchEnd(outcome, reason, budget_stop=budget_stop, checkpoint_kept=kept, permanent=permanent)
+        return _LaunchEnd(outcome, reason, budget_stop=budget_stop, checkpoint_kept=kept, permanent=permanent,
+                          phase_end=phase_end)
 
     def _estimate_step(self, record: LaunchRecord) -> int:
         """Where a killed launch had got to: training time times the measured speed."""
@@ -836,6 +868,8 @@ class Controller:
             # the job is done, and a re-plan would find nothing to run, tick after tick.
             self.state.steps = self.store.latest_step() or self.state.steps
             self._finish("completed")
+        elif end.phase_end:
+            self._phase_ended(self.state.launches[-1])
         elif end.outcome is contract.Outcome.PREEMPTED:
             self._preempted(self.state.launches[-1])
         else:
@@ -869,9 +903,21 @@ class Controller:
         pool = self.state.pool
         assert pool is not None
         self.state.cooling[pool.id] = self.clock.now() + self.tuning.cooldown_minutes * 60
+        if pool.purchase == CLUSTER:  # the planner blocks spot pools by cooling; a cluster is left out
+            self.state.left_out[pool.id] = self.state.cooling[pool.id]
         self.state.set_pool(None, None)
         self.save()
         self._choose_pool(preempted=None, reason=f"{pool.id} has no capacity")
+
+    def _phase_ended(self, record: LaunchRecord) -> None:
+        """The cluster's phase ended at a checkpoint: leave the cluster for good and plan the rest."""
+        pool = record.pool
+        self.state.left_out[pool.id] = None
+        self.events.emit("phase_end", launch=record.launch_id, pool=pool.id, step=record.end_step,
+                         hours=round(self.state.pool_hours.get(pool.id, 0.0), 4))
+        self.state.set_pool(None, None)
+        self.save()
+        self._choose_pool(preempted=None, reason=f"{pool.id}: its phase ended at step {record.end_step}")
 
     def _preempted(self, record: LaunchRecord) -> None:
         now = self.clock.now()

@@ -216,6 +216,8 @@ class RunState(_Model):
     rates: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(default_factory=dict)
     pool_preemptions: dict[str, Count] = Field(default_factory=dict)
     pool_hours: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(default_factory=dict)
+    # Cluster pools re-plans leave out (runtime.control.phases): pool id -> until, None for the rest of the run.
+    left_out: dict[str, Finite | None] = Field(default_factory=dict)
     policy_memory: dict[str, Any] = Field(default_factory=dict)
     status: Status = "running"
     cause: str | None = None
@@ -285,6 +287,9 @@ class RunState(_Model):
 
     def cooling_at(self, now: float) -> frozenset[str]:
         return frozenset(p for p, until in self.cooling.items() if until > now)
+
+    def left_out_at(self, now: float) -> frozenset[str]:
+        return frozenset(p for p, until in self.left_out.items() if until is None or until > now)
 
     @property
     def current(self) -> LaunchRecord | None:

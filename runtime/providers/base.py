@@ -46,6 +46,7 @@ from runtime.errors import RuntimeFailure
 from runtime.providers.notices import Notice
 
 if TYPE_CHECKING:
+    from planner.job import JobSpec
     from runtime.control.chaos import ChaosPlan
 
 __all__ = [
@@ -149,7 +150,8 @@ class ProviderContext:
     faults to inject (None: none); ``hold_nodes`` node indices whose agent never starts;
     ``run_id`` the run's name (cloud providers tag every resource with it); ``options``
     the job's ``[run.options]`` table, for the provider to validate
-    (:meth:`Provider.check_options`).
+    (:meth:`Provider.check_options`); ``run_dir`` the run directory (default: the parent of
+    ``state_dir``; a provider built by another one, :mod:`runtime.providers.auto`, sits deeper).
     """
 
     state_dir: Path
@@ -158,6 +160,12 @@ class ProviderContext:
     hold_nodes: tuple[int, ...] = ()
     run_id: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
+    run_dir: Path | None = None
+
+    @property
+    def run_root(self) -> Path:
+        """The run directory (its ``state.json``)."""
+        return self.run_dir if self.run_dir is not None else self.state_dir.parent
 
 
 class Provider(abc.ABC):
@@ -169,6 +177,26 @@ class Provider(abc.ABC):
     host_startup: bool = False
     """True when the nodes start on this machine: a simulated run (time scale > 1) does not bill
     their start-up (see :mod:`runtime.control.clock`)."""
+    delegates: bool = False
+    """True for a provider that owns no instances but hands each pool to another registered
+    provider (:mod:`runtime.providers.auto`): `planner gc` asks those instead."""
+
+    @classmethod
+    def check_job(cls, job: JobSpec) -> None:
+        """Refuse a job this provider cannot run, before anything is written: by default, its
+        ``[run.options]`` (:meth:`check_options`); a table per provider is for ``provider = "auto"``.
+
+        Raises:
+            ProviderError: naming the key and the fix.
+        """
+        tables = sorted(k for k, v in job.run.options.items() if isinstance(v, Mapping))
+        if tables:
+            raise ProviderError(
+                f"[run.options.{tables[0]}]: a table of options per provider goes with provider = \"auto\", which "
+                f"runs each pool on its cloud's provider; provider {cls.name!r} reads [run.options] itself. To fix: "
+                f"move the keys of [run.options.{tables[0]}] up into [run.options], or set [run] provider = \"auto\"."
+            )
+        cls.check_options(job.run.options)
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:

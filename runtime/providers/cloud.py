@@ -198,7 +198,7 @@ class CloudProvider(Provider):
     @classmethod
     def from_context(cls, context: ProviderContext) -> CloudProvider:
         options = cls.parse_options(context.options)
-        return cls(cls.compute(options), run_id=context.run_id or context.state_dir.parent.name, options=options,
+        return cls(cls.compute(options), run_id=context.run_id or context.run_root.name, options=options,
                    state_dir=context.state_dir, stage=_stage_from_run(context), clock=context.clock)
 
     def install_spec(self) -> str:
@@ -553,10 +553,10 @@ def _stage_from_run(context: ProviderContext) -> str | None:
     """The stage from the run's checkpoint dir, read from its state file (provision needs it
     before the first LaunchSpec names it)."""
     try:
-        state = json.loads((context.state_dir.parent / "state.json").read_text())
+        state = json.loads((context.run_root / "state.json").read_text())
     except (OSError, ValueError):
         return None
     checkpoint_dir = state.get("checkpoint_dir") if isinstance(state, dict) else None
     if not isinstance(checkpoint_dir, str) or "://" not in checkpoint_dir:
         return None
-    return stage_url(checkpoint_dir, context.run_id or context.state_dir.parent.name)
+    return stage_url(checkpoint_dir, context.run_id or context.run_root.name)

@@ -555,10 +555,10 @@ class KubernetesProvider(CloudProvider):
 
         options = cls.parse_options(context.options)
         try:
-            clusters = load_state(context.state_dir.parent).job_spec().purchase.cluster
+            clusters = load_state(context.run_root).job_spec().purchase.cluster
         except RunStateError:
             clusters = ()
-        return cls(cls.compute(options, clusters), run_id=context.run_id or context.state_dir.parent.name,
+        return cls(cls.compute(options, clusters), run_id=context.run_id or context.run_root.name,
                    options=options, state_dir=context.state_dir, stage=_stage_from_run(context), clock=context.clock)
 
     def install_spec(self) -> str:
@@ -579,8 +579,8 @@ class KubernetesProvider(CloudProvider):
         if pool.purchase != CLUSTER:
             raise ProviderError(
                 f"provider 'kubernetes' runs the job's [[purchase.cluster]] pools; {pool.label(nodes)} is not one. "
-                "To fix: limit [constraints] clouds to the cluster (e.g. clouds = [\"kubernetes\"]) or run the cloud "
-                "part with its own provider.")
+                "To fix: set [run] provider = \"auto\", which runs each pool on its cloud's provider "
+                "(docs/kubernetes.md), or limit [constraints] clouds to the cluster (clouds = [\"kubernetes\"]).")
         assert isinstance(self.compute, KubernetesCompute)
         if not self._swept:
             self._sweep_orphans()

@@ -35,6 +35,7 @@ BUILT_IN = {
     "gcp": "runtime.providers.gcp:GcpProvider",
     "azure": "runtime.providers.azure:AzureProvider",
     "kubernetes": "runtime.providers.kubernetes:KubernetesProvider",
+    "auto": "runtime.providers.auto:AutoProvider",
 }
 """Providers shipped in this package (name -> ``module:Class``), as pyproject.toml registers them."""
 

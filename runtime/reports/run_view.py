@@ -419,6 +419,7 @@ _SHOWN = {
     "replan": "re-plan: {pool} ({reason})",
     "notice": "{cloud} {kind} notice on {node}",
     "preemption": "preempted at step {step}: {pool} cools down; interruptions/h {prior_rate} -> {interruption_rate}",
+    "phase_end": "phase end at step {step}: {pool} is left after {hours} h",
     "failure": "failure {failures} of {max_restarts} allowed: {cause}",
     "budget_cap": "budget cap: {reason}",
     "recovered": "recovered after a controller restart (released {stale_nodes})",

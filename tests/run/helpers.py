@@ -70,6 +70,23 @@ max_restarts = {max_restarts}
     return path
 
 
+def cluster_table(max_hours: float | None = None, *, price: float = 0.05) -> str:
+    """A ``[[purchase.cluster]]`` entry (append it with ``write_job(extra=...)``): one T4 pod of the
+    team's cluster ``kubernetes:lab/ml:t4`` at an internal ``price`` per GPU-hour, held at most ``max_hours``."""
+    cap = f"max_hours = {max_hours}" if max_hours is not None else ""
+    return f"""
+[[purchase.cluster]]
+name = "t4"
+context = "lab"
+namespace = "ml"
+gpu = "T4"
+gpus_per_node = 1
+max_gpus = 1
+gpu_hour_usd = {price}
+{cap}
+"""
+
+
 def digits_entrypoint(steps: int) -> list[str]:
     return [sys.executable, str(DIGITS), "--steps", str(steps), "--log-every", "100"]
 
