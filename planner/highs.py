@@ -100,12 +100,12 @@ class HighsModel:
             upper = np.array([column_upper.get(c, self._upper[c]) for c in changed])
             h.changeColsBounds(len(cols), cols, self._lower[cols], upper)
         self._changed_columns = set(column_upper)
-        if start is not None:
-            sol = highspy.HighsSolution()
-            sol.col_value = list(start)
-            h.setSolution(sol)  # HiGHS checks it and ignores it when it is infeasible now
-        with quiet_stdout():
-            h.run()
+        if not self._run(start) and h.getModelStatus() == highspy.HighsModelStatus.kNotset:
+            # HiGHS's thread pool is one per process, sized by the first solve: one from PuLP or
+            # another model with the default (half the cores) makes a solve asking for one thread
+            # refuse to start.  Such a process solves on the pool it has.
+            h.setOptionValue("threads", 0)
+            self._run(start)
         status = h.getModelStatus()
         info = h.getInfo()
         if node_limit is not None and status == highspy.HighsModelStatus.kSolutionLimit:
@@ -119,3 +119,11 @@ class HighsModel:
         if status == highspy.HighsModelStatus.kUnbounded:
             raise SolverError("the plan model is unbounded; this is a bug, please report it with the job file")
         raise SolverError(f"HiGHS could not solve the plan: {h.modelStatusToString(status)}")
+
+    def _run(self, start: np.ndarray | None) -> bool:
+        if start is not None:
+            sol = highspy.HighsSolution()
+            sol.col_value = list(start)
+            self.highs.setSolution(sol)  # HiGHS checks it and ignores it when it is infeasible now
+        with quiet_stdout():
+            return self.highs.run() != highspy.HighsStatus.kError
