@@ -473,9 +473,9 @@ class Controller:
 
     def _replan(self, done: float, total: float, cooling: frozenset[str],
                 purchase: tuple[str, ...] | None) -> ReplanResult:
-        if not self.state.launches and not cooling:
-            return first_plan(self.job, self.catalog)
         now = self.clock.now()
+        if not self.state.launches and not cooling:
+            return first_plan(self.job, self.catalog, today=phases.run_date(now))
         budget = self.job.constraints.budget_usd
         m = self.state.measured
         return replan_or_late(ReplanRequest(
@@ -484,7 +484,7 @@ class Controller:
             hours_left=(self.deadline_at - now) / 3600 if self.deadline_at is not None else None,
             restart_hours=self.job.overheads.restart_minutes / 60,
             measured=Measured(m.gpu, m.gpus, m.units_per_hour, m.steps) if m else None,
-            cooling=cooling, rates=dict(self.state.rates), purchase=purchase,
+            cooling=cooling, rates=dict(self.state.rates), purchase=purchase, today=phases.run_date(now),
         ))
 
     def _plannable_job(self) -> JobSpec:
@@ -492,11 +492,16 @@ class Controller:
         return phases.replan_job(self.job, left_out=self.state.left_out_at(self.clock.now()),
                                  used_hours=self.state.pool_hours)
 
-    def _phase_end_at(self, record: LaunchRecord) -> float | None:
-        """When the launch's phase ends (simulated time), or None: it runs until the job is done."""
+    def _phase_end_at(self, record: LaunchRecord) -> tuple[float, str] | None:
+        """When the launch's phase ends (simulated time) and why, or None: it runs until the job is done."""
         hours = phases.phase_hours(self.state.plan, record.pool, self.job,
                                    self.state.pool_hours.get(record.pool.id, 0.0))
-        return None if hours is None else record.provisioned_at + hours * 3600
+        if hours is not None:
+            return record.provisioned_at + hours * 3600, "the hours the plan gives the team's cluster"
+        held = phases.held_end(self.job, record.pool)
+        if held is not None:
+            return held, f"the held reservation ends on {phases.run_date(held)}"
+        return None
 
     def _deadline_missed(self, result: ReplanResult) -> bool:
         """Log and alert a plan that can only finish late; True when the job says to stop instead."""
@@ -628,10 +633,10 @@ class Controller:
                                      "without it to stay under the budget", spent_usd=round(cap.spent_usd, 4))
                     break
             if (phase_end_at is not None and stop_sent is None and record.training_at is not None
-                    and self.clock.now() >= phase_end_at):
+                    and self.clock.now() >= phase_end_at[0]):
                 phase_end = True
-                stop_sent = self._request("stop", f"{record.pool.id}: its phase of the plan ends (the hours the "
-                                                  "plan gives the team's cluster): checkpoint and move on")
+                stop_sent = self._request("stop", f"{record.pool.id}: its phase of the plan ends ({phase_end_at[1]}): "
+                                                  "checkpoint and move on")
             if stop_sent is not None and self._worker_state(record.launch_id) == "preempted":
                 break  # the checkpoint is committed: release now rather than pay for the workers' teardown
             ended = any(st.state in (NodeState.EXITED, NodeState.RECLAIMED) for st in statuses)
@@ -910,7 +915,8 @@ class Controller:
         self._choose_pool(preempted=None, reason=f"{pool.id} has no capacity")
 
     def _phase_ended(self, record: LaunchRecord) -> None:
-        """The cluster's phase ended at a checkpoint: leave the cluster for good and plan the rest."""
+        """A cluster's phase or a held reservation ended at a checkpoint: leave the pool for good and
+        plan the rest."""
         pool = record.pool
         self.state.left_out[pool.id] = None
         self.events.emit("phase_end", launch=record.launch_id, pool=pool.id, step=record.end_step,

@@ -11,6 +11,10 @@ are up, not when the job is done:
   its plan gave the first phase when the plan goes on to another pool, and at most the
   team's ``max_hours`` less what the run already held it. The controller then stops the
   workers at a checkpoint (the stop request a notice sends) and re-plans.
+* :func:`held_end`: when a launch on ``[[purchase.held]]`` capacity must end -- the start (UTC) of
+  the reservation's ``until`` day, on the run's clock. The planner gave the held pool no more
+  hours than that; a launch still running then is stopped at a checkpoint like a cluster phase,
+  and the re-plan, dated by the run's clock, no longer offers the reservation.
 * :func:`replan_job`: the job a re-plan solves. A cluster whose phase ended is left out for
   the rest of the run (the cluster first, then the cloud, never back), one that had no
   capacity while it cools down (``left_out``: pool id -> until, None for the rest of the
@@ -28,14 +32,15 @@ queue wait, then spot on AWS)::
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Collection, Mapping
 from typing import Any
 
 from planner.cluster import cluster_pool, find_cluster
 from planner.job import JobSpec
-from pricing.pool import CLUSTER, Pool, PoolError
+from pricing.pool import CLUSTER, HELD, Pool, PoolError
 
-__all__ = ["phase_hours", "replan_job"]
+__all__ = ["held_end", "phase_hours", "replan_job", "run_date"]
 
 _EPSILON_HOURS = 1e-6
 
@@ -59,6 +64,25 @@ def phase_hours(plan: Mapping[str, Any] | None, pool: Pool, job: JobSpec, used_h
     if cluster is not None and cluster.max_hours is not None:
         limits.append(cluster.max_hours - used_hours)
     return max(0.0, min(limits)) if limits else None
+
+
+def held_end(job: JobSpec, pool: Pool) -> float | None:
+    """POSIX seconds at which the held reservation ``pool`` runs on ends (None: not a held pool).
+
+    Of several ``[[purchase.held]]`` entries for the same instance type, the last to end: the
+    planner sees one pool for them, with the hours of that one."""
+    if pool.purchase != HELD:
+        return None
+    ends = [h.until for h in job.purchase.held
+            if (h.cloud, h.region, h.instance_type) == (pool.cloud, pool.region, pool.instance_type)]
+    if not ends:
+        return None
+    return dt.datetime.combine(max(ends), dt.time(), tzinfo=dt.UTC).timestamp()
+
+
+def run_date(now: float) -> dt.date:
+    """The UTC date at ``now`` (the run clock's POSIX seconds): the day a re-plan plans from."""
+    return dt.datetime.fromtimestamp(now, dt.UTC).date()
 
 
 def replan_job(job: JobSpec, *, left_out: Collection[str] = (),

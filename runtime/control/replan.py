@@ -29,6 +29,7 @@ A timeline, with a cool-down of 30 min::
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -109,6 +110,7 @@ class ReplanRequest:
     allow_late: bool = True
     checkpoint_location: Site | None = None
     data_location: Site | None = None
+    today: dt.date | None = None  # on the run's clock: when held reservations end (default: the system's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +168,7 @@ def _solve(request: ReplanRequest, deadline_hours: float | None, objective: str 
                 blocked={(pool_id, "spot") for pool_id in request.cooling}, interruption_rates=request.rates,
                 speeds=speeds, purchase=request.purchase, objective=objective,
                 data_location=request.data_location, checkpoint_location=request.checkpoint_location,
-                resume=True)
+                resume=True, today=request.today)
 
 
 def replan(request: ReplanRequest) -> ReplanResult:
@@ -185,9 +187,9 @@ def replan(request: ReplanRequest) -> ReplanResult:
     return ReplanResult.of(planned)
 
 
-def first_plan(job: JobSpec, catalog: Catalog) -> ReplanResult:
-    """The plan a run starts with: exactly what ``planner quote`` says for the job."""
-    quote = make_quote(job, catalog, top=0, frontier_points=0)
+def first_plan(job: JobSpec, catalog: Catalog, *, today: dt.date | None = None) -> ReplanResult:
+    """The plan a run starts with: exactly what ``planner quote`` says for the job (on ``today``)."""
+    quote = make_quote(job, catalog, top=0, frontier_points=0, today=today)
     if quote.plan is not None:
         first = quote.plan.solution.phases[0].config
         return ReplanResult(quote.plan, first.pool, first.nodes)
