@@ -24,6 +24,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "checkpoint writes, preemption recovery), time and risk, the runner-up and the cost-vs-time "
             "frontier. Exit code 2 when the job is invalid or infeasible (with the smallest relaxation)."
         ),
+        epilog=(
+            "The job file's tables: [workload] (model or steps, tokens, checkpoint_gb, params_billions for "
+            "memory by parallelism, [workload.throughput], [workload.scaling]), [constraints] (deadline_hours, "
+            "budget_usd, max_nodes, clouds, regions), [purchase] (allow; [[purchase.held]] reservations the "
+            "team already pays for; [[purchase.cluster]] the team's own Kubernetes GPUs), [data] (where the "
+            "dataset lives: egress and staging), [objective], [overheads], [run], [alerts], [tracking]. "
+            "Reference: README.md 'job.toml reference'; how a quote is made: docs/quote.md; clusters: "
+            "docs/kubernetes.md."
+        ),
     )
     p.add_argument("job", metavar="JOB", help="path of the job.toml file")
     p.add_argument("--catalog", metavar="PATH",
