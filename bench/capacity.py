@@ -115,7 +115,7 @@ def main() -> int:
         print(f"cores {out['cpus']}, load average before {out['load_before']}, after {out['load_after']}")
         for r in results:
             print(f"{r['case']}: {r['classes']} classes x {r['periods']} weeks, {r['reservation_options']} "
-                  f"reservation options ({r['integer_variables']} integer variables) over {r['offerings']} offerings: "
+                  f"reservation options ({r['integer_variables']} active-count variables) over {r['offerings']} offerings: "
                   f"median {r['median_wall_s']} s wall, {r['median_cpu_s']} s CPU (max wall {r['max_wall_s']} s, "
                   f"{r['runs']} runs); TCO ${r['tco_usd']:,.0f}, {r['reservations']} purchases")
     return 0

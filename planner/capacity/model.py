@@ -4,7 +4,9 @@ Per GPU class (classes share no constraint, so each is its own model), reservati
 (cloud, region, instance type, term) and start period s: ``x[r,s]`` instances bought at the start
 of period s, active for the L_r whole periods the term covers; ``a[r,t]`` the active instances,
 a running sum (a[r,t] = a[r,t-1] + x[r,t] - x[r,t-L_r], so the model grows with T, not T * L),
-integer.  Capacity is counted in units of the gcd of the options' GPUs per node.
+integer.  Capacity is counted in units of the gcd of the options' GPUs per node; the options of
+that unit size are left continuous (outside the robust model), since given whole counts of the
+bigger ones their LP is integral (:func:`whole_purchases` makes sure of it).
 
 The cost of serving period t elastically, given integer capacity c, is convex and piecewise
 linear (reserved hours displace on-demand first, then spot up to the declared preemptible
@@ -179,6 +181,9 @@ def same_start_bounds(options: Sequence[ReservedOption]) -> list[int | None]:
     return out
 
 
+Buys = list[tuple[ReservedOption, list[int], list[int]]]  # per option: its purchase and active columns
+
+
 def _solve_class(cls: ClassDemand, offer: ClassOffers, demand: Demand, rule: str, scenarios: Sequence[float],
                  best: Sequence[float] | None, gap: float, time_limit_s: float,
                  start: Sequence[Reservation] = ()) -> list[Reservation]:
@@ -201,15 +206,18 @@ def _solve_class(cls: ClassDemand, offer: ClassOffers, demand: Demand, rule: str
     peak_units = math.ceil(float(D.max()) * max(scenarios) / unit_hours)
     capacity: list[dict[int, float]] = [{} for _ in range(T)]
     charges: dict[int, float] = {}  # purchase column -> its charge (the same in every scenario)
-    buys: list[tuple[ReservedOption, list[int], list[int]]] = []
+    buys: Buys = []
     together = same_start_bounds(options)
+    # Only the nodes bigger than the unit need to be integer (see whole_purchases): given whole counts
+    # of them, the rest is the one-size model, whose LP optimum is integral.
+    loose = not robust and min(o.gpus_per_node for o in options) == unit
     for option, most in zip(options, together):
         L, size = option.term_periods(P), option.gpus_per_node // unit
         bound = math.ceil(peak_units / size)
         # x (bought at s) is continuous: x[t] = a[t] - a[t-1] + x[t-L] is whole whenever the active counts a are.
         xb = bound if most is None else min(bound, most)
         x = [milp.column(0.0 if robust else charge(option, s, T, P, rule), 0, xb) for s in range(T)]
-        a = [milp.column(0.0, 0, bound, integer=True) for _ in range(T)]
+        a = [milp.column(0.0, 0, bound, integer=not (loose and size == 1)) for _ in range(T)]
         for s in range(T):
             charges[x[s]] = charge(option, s, T, P, rule)
         for t in range(T):
@@ -248,6 +256,7 @@ def _solve_class(cls: ClassDemand, offer: ClassOffers, demand: Demand, rule: str
         else:
             milp.constant += constant
     values = milp.solve(gap=gap, time_limit_s=time_limit_s, start=_start_values(start, buys, T, P))
+    values = whole_purchases(milp, values, buys, gap, time_limit_s)
     out = []
     for option, x, _ in buys:
         L = option.term_periods(P)
@@ -258,8 +267,38 @@ def _solve_class(cls: ClassDemand, offer: ClassOffers, demand: Demand, rule: str
     return out
 
 
-def _start_values(start: Sequence[Reservation], buys: list[tuple[ReservedOption, list[int], list[int]]], T: int,
-                  P: float) -> dict[int, float] | None:
+def _fractional(values: np.ndarray, buys: Buys) -> bool:
+    counts = values[[j for _, x, a in buys for j in (*x, *a)]]
+    return bool(np.any(np.abs(counts - np.round(counts)) > 1e-6))
+
+
+def whole_purchases(milp: SparseMilp, values: np.ndarray, buys: Buys, gap: float, time_limit_s: float) -> np.ndarray:
+    """``values`` with every purchase and active count whole.
+
+    The model leaves the unit-size options continuous (integer=False), since with whole counts of
+    the bigger nodes fixed, the rest is an interval matrix plus unit columns (as the one-size
+    model, :func:`elastic_segments`): each of its vertices is integral.  HiGHS may still end on an
+    optimal point that is not a vertex of that rest (its node LP is not that LP); then the bigger
+    nodes are fixed at their values and the rest is solved again as an LP, whose simplex optimum
+    is a vertex, at the same cost.  Should even that not be whole, the model is solved with every
+    count integer: never a wrong plan, only a slower one.
+    """
+    if not _fractional(values, buys):
+        return values
+    fixed = milp.relaxed()
+    for j, integer in enumerate(milp.integer):
+        if integer:
+            fixed.lower[j] = fixed.upper[j] = float(round(values[j]))
+    again = fixed.solve(gap=gap, time_limit_s=time_limit_s)
+    if not _fractional(again, buys):
+        return again
+    strict = milp.relaxed()
+    active = {c for _, _, a in buys for c in a}
+    strict.integer = [j in active for j in range(milp.columns)]
+    return strict.solve(gap=gap, time_limit_s=time_limit_s)
+
+
+def _start_values(start: Sequence[Reservation], buys: Buys, T: int, P: float) -> dict[int, float] | None:
     """A MIP start from a known plan's reservations (its purchases and active counts); HiGHS completes the rest."""
     if not start:
         return None

@@ -5,10 +5,18 @@ report (plan, single-option baselines, +-20%, robust, replay); building them thr
 expression objects cost as much as some of the solves, and PuLP's HiGHS interface cannot pass
 a MIP start.  Columns and rows are collected as arrays and passed to HiGHS in one call.
 
-Solver options: a small cut pool and no restarts.  On the mixed-node-size benchmark
-(bench/capacity.py, synthetic case) HiGHS otherwise spends most of its time in root cut
-separation that barely moves the bound (thousands of cuts per round); these options change
-how it searches, not what it proves: the gap stays ``gap`` (1e-6 by default).
+Solver options (they change how HiGHS searches, not what it proves: the gap stays ``gap``,
+1e-6 by default), each measured on the mixed-node-size benchmark (bench/capacity.py, synthetic
+case; docs/capacity.md, "Speed"):
+
+* a small cut pool and no restarts: HiGHS otherwise spends most of its time in root cut
+  separation that barely moves the bound (thousands of cuts per round);
+* no sub-MIP heuristics (RINS, RENS, root reduced cost): they were most of a hard class's root
+  time, and the root's rounding heuristics and the first branches find the optimum anyway;
+* one thread: HiGHS's worker threads spin while they wait for tasks these small models rarely
+  give them, CPU time for no shorter wall time.  HiGHS keeps one thread pool per process, sized
+  by its first solve; in a process whose pool another solver started with more threads, a
+  solve asking for one refuses to start, and runs on the pool it has instead.
 """
 
 from __future__ import annotations
@@ -22,7 +30,8 @@ import numpy as np
 from planner.errors import SolverError
 from planner.milp import _quiet_stdout
 
-SEARCH_OPTIONS = {"mip_pool_soft_limit": 20, "mip_allow_restart": False}
+SEARCH_OPTIONS = {"mip_pool_soft_limit": 20, "mip_allow_restart": False, "mip_heuristic_run_rins": False,
+                  "mip_heuristic_run_rens": False, "mip_heuristic_run_root_reduced_cost": False, "threads": 1}
 
 
 class SparseMilp:
@@ -50,6 +59,16 @@ class SparseMilp:
         self.upper.append(math.inf if upper is None else float(upper))
         self.integer.append(integer)
         return len(self.cost) - 1
+
+    def relaxed(self) -> SparseMilp:
+        """A copy with every column continuous (its LP relaxation); the copy's bounds may be changed."""
+        out = SparseMilp()
+        out.cost, out.lower, out.upper = self.cost, list(self.lower), list(self.upper)
+        out.integer = [False] * self.columns
+        out.row_lower, out.row_upper = self.row_lower, self.row_upper
+        out._starts, out._index, out._value = self._starts, self._index, self._value
+        out.constant = self.constant
+        return out
 
     def row(self, coefficients: Mapping[int, float], lower: float = -math.inf, upper: float = math.inf) -> int:
         for j, v in coefficients.items():
@@ -94,7 +113,9 @@ class SparseMilp:
             index = np.fromiter(start.keys(), dtype=np.int32, count=len(start))
             value = np.fromiter(start.values(), dtype=float, count=len(start))
             h.setSolution(len(start), index, value)
-        h.run()
+        if h.run() == highspy.HighsStatus.kError and h.getModelStatus() == highspy.HighsModelStatus.kNotset:
+            h.setOptionValue("threads", 0)  # the process's thread pool is another solver's (see above)
+            h.run()
         status = h.getModelStatus()
         if status != highspy.HighsModelStatus.kOptimal:
             raise SolverError(f"the capacity model did not solve (HiGHS status {h.modelStatusToString(status)})")

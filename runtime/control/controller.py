@@ -63,6 +63,7 @@ from runtime.control.chaos import ChaosFired, ChaosPlan, parse_chaos
 from runtime.control.clock import Clock, WallClock
 from runtime.control.events import FILENAME as EVENTS_FILE
 from runtime.control.events import EventLog
+from runtime.control.held import HeldAllotment
 from runtime.control.replan import (
     Measured,
     ReplanRequest,
@@ -153,8 +154,10 @@ class Controller:
     def __init__(self, run_dir: Path, state: RunState, job: JobSpec, catalog: Catalog, *, tuning: Tuning,
                  provider: Provider, clock: Clock, chaos: ChaosPlan | None = None,
                  on_event: Callable[[dict[str, Any]], None] | None = None,
-                 on_progress: Callable[[Progress], None] | None = None):
+                 on_progress: Callable[[Progress], None] | None = None, held: HeldAllotment | None = None):
         self.run_dir = run_dir
+        self.held = held  # shared with the other jobs of a queue (runtime.control.held)
+        self._held_taken: tuple[Pool, int] | None = None
         self.state = state
         self.job = job
         self.catalog = catalog
@@ -189,11 +192,13 @@ class Controller:
     def open(cls, run_dir: str | Path, *, tuning: Tuning = Tuning(),
              on_event: Callable[[dict[str, Any]], None] | None = None,
              on_progress: Callable[[Progress], None] | None = None,
-             provider: ProviderChoice = None, clock: Clock | None = None) -> Controller:
+             provider: ProviderChoice = None, clock: Clock | None = None,
+             held: HeldAllotment | None = None) -> Controller:
         """The controller of the run in ``run_dir`` (new, or to resume after a crash).
 
         ``clock`` defaults to the real clock at the run's origin and scale; ``provider`` to
-        the registered provider the run state names (see :data:`ProviderChoice`).
+        the registered provider the run state names (see :data:`ProviderChoice`); ``held``
+        is the allotment of held nodes the run shares with the other jobs of its queue.
 
         Raises:
             RunStateError: no run there, it has already ended, or ``clock`` is not the run's.
@@ -227,7 +232,7 @@ class Controller:
             built = provider(context)
         try:
             controller = cls(run_dir, state, job, catalog, tuning=tuning, provider=built, clock=clock, chaos=chaos,
-                             on_event=on_event, on_progress=on_progress)
+                             on_event=on_event, on_progress=on_progress, held=held)
         except BaseException:
             built.close()
             raise
@@ -344,6 +349,7 @@ class Controller:
                 self._release(current, current.node_objects(), reason=self.state.status)
         except Exception as exc:  # the summary must still be written; the error is re-raised after
             error = exc
+        self._give_back_held()  # whatever happened to the launch: the other jobs must not wait on it
         try:
             self.provider.close()
         except Exception as exc:
@@ -488,8 +494,10 @@ class Controller:
         ))
 
     def _plannable_job(self) -> JobSpec:
-        """The job a re-plan solves: without the cluster pools left out now (runtime.control.phases)."""
-        return phases.replan_job(self.job, left_out=self.state.left_out_at(self.clock.now()),
+        """The job a re-plan solves: without the cluster pools left out now (runtime.control.phases),
+        and in a queue with only the held nodes the other jobs leave free (runtime.control.held)."""
+        job = self.job if self.held is None else self.held.job_view(self.job)
+        return phases.replan_job(job, left_out=self.state.left_out_at(self.clock.now()),
                                  used_hours=self.state.pool_hours)
 
     def _phase_end_at(self, record: LaunchRecord) -> tuple[float, str] | None:
@@ -526,6 +534,9 @@ class Controller:
         assert pool is not None and count is not None
         launch_id = f"l-{len(self.state.launches) + 1}"
         start_step = self.store.latest_step() or 0
+        if self.held is not None and self.held.covers(pool) and not self._take_held(pool, count, launch_id):
+            return _LaunchEnd(contract.Outcome.FAILED, f"{pool.label(count)}: the queue's other jobs hold its "
+                              f"nodes ({self.held.free(pool)} free)", no_capacity=True)
         if self.provider.host_startup and self.clock.scale > 1:
             self.clock.pause()  # until the workers train: this host's start-up is not the cloud's
         try:
@@ -533,10 +544,32 @@ class Controller:
         finally:
             self.clock.resume()
 
+    def _take_held(self, pool: Pool, count: int, launch_id: str) -> bool:
+        """Take ``count`` of the queue's held nodes of ``pool``, waiting for another job to release them
+        while the deadline leaves the time to run the plan after the wait; False when it does not."""
+        assert self.held is not None
+        waited = False
+        while not self.held.try_take(pool, count):
+            if not waited:
+                self.events.emit("held_wait", launch=launch_id, pool=pool.label(count), free=self.held.free(pool))
+                waited = True
+            hours = float((self.state.plan or {}).get("expected_hours") or 0.0)
+            if self.deadline_at is not None and self.clock.now() + hours * 3600 >= self.deadline_at:
+                return False
+            self.clock.sleep(self.tuning.poll_s)
+        self._held_taken = (pool, count)
+        return True
+
+    def _give_back_held(self) -> None:
+        if self._held_taken is not None and self.held is not None:
+            self.held.give_back(*self._held_taken)
+            self._held_taken = None
+
     def _provision_and_follow(self, pool: Pool, count: int, launch_id: str, start_step: int) -> _LaunchEnd:
         try:
             nodes = self.provider.provision(pool, nodes=count, launch_id=launch_id)
         except ProviderError as exc:
+            self._give_back_held()
             self.events.emit("provision_failed", launch=launch_id, pool=pool.label(count), reason=str(exc))
             return _LaunchEnd(contract.Outcome.FAILED, f"{pool.label(count)}: {exc}", no_capacity=True)
         record = LaunchRecord(
@@ -764,6 +797,7 @@ class Controller:
         self._measure_stop(record)
         began = self.clock.now()
         self.provider.terminate(nodes, grace_s=self.tuning.shutdown_timeout_s)
+        self._give_back_held()
         end = self.clock.now()
         for node in nodes:
             self._stop_billing(record, node, end, reason)

@@ -11,9 +11,11 @@ choose (``[[purchase.held]]`` of the job it is given).  A job's deadline is the 
 slot gets what is left of it.
 
 Jobs scheduled side by side run side by side (one thread per job, each waiting for its
-start).  The controllers do not share a view of the held reservations: a re-plan may pick
-a held pool another job's schedule holds in the same slot (the local provider has no such
-limit; a cloud would refuse the extra node and the controller would re-plan again).
+start).  The team has the held nodes once, so the controllers share them
+(:class:`runtime.control.held.HeldAllotment`): a launch takes its held nodes before it
+provisions them and gives them back when it releases them.  A job whose scheduled held nodes
+are still busy (the job before it ran longer than its estimate) waits for them while its
+deadline allows, and otherwise re-plans on what is free, as a re-plan after a preemption does.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from planner.capacity.queue_report import plan_for
 from planner.job import HeldReservation, JobSpec
 from runtime.control import detach
 from runtime.control.controller import Controller, Tuning
+from runtime.control.held import HeldAllotment, Window
 from runtime.control.run_state import new_state
 
 QUEUE_FILE = "queue.json"
@@ -82,6 +85,11 @@ def run_queue(schedule: QueueSchedule, run_root: Path, options: QueueRunOptions,
         job = job_for_run(js, schedule, today=today)
         provider = options.provider or job.run.provider
         prepared.append((js, job, provider, plan_path, run_root / name))
+    h = schedule.spec.slot_hours
+    held = HeldAllotment([Window((r.cloud, r.region, r.instance_type), r.count, r.from_slot * h,
+                                 math.inf if r.until_slot is None else r.until_slot * h)
+                          for r in schedule.spec.reservations],
+                         hours=lambda: (time.monotonic() - origin_mono) * options.time_scale / 3600)
     results: dict[str, dict[str, Any]] = {}
     errors: list[Exception] = []
 
@@ -96,7 +104,7 @@ def run_queue(schedule: QueueSchedule, run_root: Path, options: QueueRunOptions,
                       plan_path=plan_path, use_cache=options.use_cache)
             listener = None if on_event is None else (lambda record: on_event(js.job.name, record))
             with detach.ControllerLock(run_dir).acquire():
-                summary = Controller.open(run_dir, tuning=options.tuning, on_event=listener).run()
+                summary = Controller.open(run_dir, tuning=options.tuning, on_event=listener, held=held).run()
             results[js.job.name] = {"run_dir": str(run_dir), "status": summary["status"],
                                     "cost_usd": summary["cost_usd"], "hours": summary["hours"],
                                     "steps": summary["steps"], "start_slot": js.segments[0].start_slot}

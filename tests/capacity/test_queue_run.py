@@ -4,6 +4,7 @@ first slot's pool, started at its slot, with the queue's deadline (local provide
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -74,4 +75,48 @@ def test_a_queue_runs_each_job_through_its_own_controller_as_scheduled(tmp_path:
     # start-up on a busy machine can take longer than b's and say nothing about the schedule).
     assert origins["a"] >= out["origin"]
     assert origins["b"] - out["origin"] >= SLOT_HOURS * 3600 / TIME_SCALE - 0.05
+    assert processes_of(str(root)) == []
+
+
+def _held_in_use(root: Path, names: list[str]) -> list[tuple[float, int]]:
+    """(wall time, +1 or -1) for every held node going up or down in the jobs' runs."""
+    changes = []
+    for name in names:
+        events = [json.loads(line) for line in (root / name / "events.jsonl").read_text().splitlines()]
+        held_nodes = {(e["launch"], e["node"]) for e in events
+                      if e["event"] == "node_up" and e["purchase"] == "reserved_held"}
+        for e in events:
+            if e["event"] in ("node_up", "node_down") and (e.get("launch"), e.get("node")) in held_nodes:
+                changes.append((e["wall"], 1 if e["event"] == "node_up" else -1))
+        ledger_held = sqlite3.connect(root / name / "ledger.sqlite").execute(
+            "SELECT COUNT(DISTINCT launch_id || '/' || node) FROM intervals WHERE purchase = 'reserved_held'").fetchone()[0]
+        assert ledger_held == len(held_nodes)  # every held node billed is one the events show
+    return sorted(changes, key=lambda c: (c[0], c[1]))  # a release at the same instant comes first
+
+
+def test_jobs_running_side_by_side_never_use_more_held_nodes_than_the_queue_holds(tmp_path: Path) -> None:
+    # One held node, two jobs that both want it: the schedule gives it to a in slot 0 and to b from
+    # slot 1 (a tenth of a minute of simulated time, a fraction of a real second at this scale), long
+    # before a's start-up and training on this machine are done.  b must wait for it (or run elsewhere).
+    slot = 0.005
+    catalog = tmp_path / "catalog.csv"
+    catalog.write_text(HEADER + "\naws,us-east-1,,g4dn.xlarge,T4,1,16,4,16,0.526,0.16,,,0.0,,2026-11-30,test\n")
+    queue = tmp_path / "queue.toml"
+    queue.write_text(f'name = "q"\nslot_hours = {slot}\nhorizon_slots = 200\n[purchase]\nallow = ["on_demand"]\n'
+                     '[[reservation]]\ncloud = "aws"\nregion = "us-east-1"\ninstance_type = "g4dn.xlarge"\ncount = 1\n'
+                     + _job("a", 0) + _job("b", slot / 2))
+    root = tmp_path / "runs"
+    rc = main(["run", str(queue), "--catalog", str(catalog), "--run-dir", str(root), "--time-scale", str(TIME_SCALE)])
+    out = json.loads((root / "queue.json").read_text())
+    assert rc == 0 and out["status"] == "completed", out
+    for name in ("a", "b"):
+        plan = json.loads((root / f"{name}.plan.json").read_text())
+        assert plan["plan"]["phases"][0]["purchase"] == "reserved_held"  # both were scheduled on the held node
+    in_use, most = 0, 0
+    changes = _held_in_use(root, ["a", "b"])
+    assert changes  # the held node was used
+    for _, change in changes:
+        in_use += change
+        most = max(most, in_use)
+    assert most <= 1, changes
     assert processes_of(str(root)) == []
