@@ -321,7 +321,9 @@ class CloudProvider(Provider):
         for node in nodes:
             held = self._get(node)
             held.launch = launch.launch_id
-            held.node = replace(node, handle={**node.handle, "launch": launch.launch_id, "bundle": packed.name})
+            # "log": where _copy_logs mirrors the node's torchrun log, so a failure names its cause.
+            held.node = replace(node, handle={**node.handle, "launch": launch.launch_id, "bundle": packed.name,
+                                              "log": str(launch.log_dir / f"{node.id}.log")})
             started.append(held.node)
         return started
 

@@ -148,10 +148,37 @@ def _private_address() -> str:
         probe.close()
 
 
-def _free_port(address: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((address if address != "0.0.0.0" else "", 0))
-        return int(s.getsockname()[1])
+def _ephemeral_ports() -> range:
+    """The kernel's range for the local ports of outgoing connections."""
+    try:
+        low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return range(low, high + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)  # Linux's default
+
+
+def _reserve_port(address: str, *, tries: int = 200) -> socket.socket:
+    """A socket bound to a free port outside the ephemeral range, held until torchrun's store takes it.
+
+    A port from ``bind(0)`` is ephemeral: between choosing it at boot and node 0's c10d store
+    binding it (the other nodes' boot, the bundle: seconds to minutes) an outgoing connection may
+    take it as its local port. The store then cannot bind, node 0 fails at once and the others
+    wait out the rendezvous timeout (seen on a busy CI machine). A port outside that range is
+    never handed to a connection, and the bound socket keeps other agents on the host off it.
+    """
+    import random
+
+    ephemeral = _ephemeral_ports()
+    host = address if address != "0.0.0.0" else ""
+    candidates = [p for p in random.sample(range(1024, 65536), tries) if p not in ephemeral]
+    for port in candidates + [0]:  # 0: the whole range is ephemeral; take what the kernel gives
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind((host, port))
+            return sock
+        except OSError:
+            sock.close()
+    raise OSError(f"no free TCP port on {address!r} for the rendezvous")
 
 
 class NodeAgent:
@@ -172,7 +199,8 @@ class NodeAgent:
         self.home = Path(home).expanduser()
         self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.address = env.get("DANLU_NODE_ADDRESS") or _private_address()
-        self.port = _free_port(self.address)
+        self._port_hold: socket.socket | None = _reserve_port(self.address)
+        self.port = int(self._port_hold.getsockname()[1])
         self.seq = 0
         self.state = "booting"
         self.launch: str | None = None
@@ -290,6 +318,9 @@ class NodeAgent:
         }
         env.pop(CONFIG_ENV, None)
         self.log_path = base / "torchrun.log"
+        if self._port_hold is not None:  # node 0's store binds it now (the others never use theirs)
+            self._port_hold.close()
+            self._port_hold = None
         with self.log_path.open("ab") as out:
             self.process = subprocess.Popen(
                 torchrun_argv(spec, is_host=index == 0), cwd=code, env=env, stdout=out, stderr=subprocess.STDOUT,

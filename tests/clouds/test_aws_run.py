@@ -269,3 +269,22 @@ def test_the_spend_series_reaches_the_trackers_on_the_nodes_while_the_run_trains
     fs.invalidate_cache()
     launch = summary["launches"][0]["launch_id"]
     assert fs.glob(f"{moto.bucket}/ckpt/_danlu/*/launches/{launch}/meter.json")
+
+
+def test_a_worker_that_fails_on_start_names_its_error_from_the_nodes_log(
+    moto, aws_plane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An exit code alone says little: the launch's reason carries the error line of the node's log."""
+    project = write_project(tmp_path / "project")
+    (project / "broken.py").write_text("raise FileNotFoundError('no shard at /data/train-00000.tar')\n")
+    catalog = write_catalog(tmp_path / "catalog.csv")
+    job = write_job(tmp_path / "job.toml", bucket=moto.bucket, steps=10, sleep=0, max_nodes=1, max_restarts=0,
+                    entrypoint=["python", "broken.py"])
+    run_dir = tmp_path / "run"
+    monkeypatch.chdir(project)
+    rc = main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(run_dir), "--cooldown", "240"])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert rc != 0 and summary["status"] == "failed", summary
+    [launch] = summary["launches"]
+    assert "workers exited" in launch["reason"] and "no shard at /data/train-00000.tar" in launch["reason"], launch
+    assert running_instances(moto) == []
