@@ -37,6 +37,7 @@ from planner.job import HeldReservation, JobSpec
 from runtime.control import detach
 from runtime.control.controller import Controller, Tuning
 from runtime.control.held import HeldAllotment, Window
+from runtime.control.phases import run_date
 from runtime.control.run_state import new_state
 
 QUEUE_FILE = "queue.json"
@@ -75,8 +76,8 @@ def run_queue(schedule: QueueSchedule, run_root: Path, options: QueueRunOptions,
     """Run every job of ``schedule``; returns (and writes to ``run_root/queue.json``) each job's outcome."""
     run_root.mkdir(parents=True, exist_ok=True)
     order = sorted((j for j in schedule.jobs if j.segments), key=lambda j: (j.segments[0].start_slot, j.job.name))
-    today = dt.date.today()
     origin, origin_mono = time.time(), time.monotonic()  # slot k starts (k * slot_hours / time_scale) after these
+    today = run_date(origin)  # the run clock's UTC date, as held_end and re-plans read the held `until`
     prepared = []
     for js in order:
         name = js.job.name
