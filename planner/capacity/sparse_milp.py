@@ -13,6 +13,8 @@ case; docs/capacity.md, "Speed"):
   separation that barely moves the bound (thousands of cuts per round);
 * no sub-MIP heuristics (RINS, RENS, root reduced cost): they were most of a hard class's root
   time, and the root's rounding heuristics and the first branches find the optimum anyway;
+* pseudocosts trusted from the first branching (no strong branching to make them reliable): on
+  the many near-identical reservation columns it cost more than the nodes it saved;
 * one thread: HiGHS's worker threads spin while they wait for tasks these small models rarely
   give them, CPU time for no shorter wall time.  HiGHS keeps one thread pool per process, sized
   by its first solve; in a process whose pool another solver started with more threads, a
@@ -31,7 +33,8 @@ from planner.errors import SolverError
 from planner.milp import _quiet_stdout
 
 SEARCH_OPTIONS = {"mip_pool_soft_limit": 20, "mip_allow_restart": False, "mip_heuristic_run_rins": False,
-                  "mip_heuristic_run_rens": False, "mip_heuristic_run_root_reduced_cost": False, "threads": 1}
+                  "mip_heuristic_run_rens": False, "mip_heuristic_run_root_reduced_cost": False, "threads": 1,
+                  "mip_pscost_minreliable": 0}
 
 
 class SparseMilp:
