@@ -23,6 +23,7 @@ from planner.cli import main
 from runtime.accounting.ledger import Ledger
 from runtime.control.events import read_events
 from tests.run.helpers import (
+    DIGITS,
     REPO,
     digits_entrypoint,
     final_tensors,
@@ -35,6 +36,28 @@ from tests.run.helpers import (
 pytestmark = [pytest.mark.ddp, pytest.mark.faults]
 
 STEPS = 300
+KILL_SEED = 20261201
+KILLS_AT_LEAST = 5
+
+# The digits script with a floor on each step's time, so how far a run gets between kills
+# cannot depend on how fast the machine is: the parameters are the same, only later.
+PACED = """
+import runpy, sys, time
+from runtime.training.session import Session
+step = Session.step
+def paced(self, loss):
+    time.sleep({seconds!r})
+    return step(self, loss)
+Session.step = paced
+sys.argv = [{digits!r}, *sys.argv[1:]]
+runpy.run_path({digits!r}, run_name="__main__")
+"""
+
+
+def _kill_delays() -> list[float]:
+    """The same ten moments (seconds after a controller starts) on every run of the suite."""
+    rng = random.Random(KILL_SEED)
+    return [rng.uniform(0.2, 8.0) for _ in range(10)]
 
 
 def _run_command(*args: str) -> list[str]:
@@ -145,19 +168,27 @@ def test_a_run_killed_after_its_final_checkpoint_ends_on_resume_without_a_launch
 
 
 def test_ten_random_sigkills_then_resume_leave_no_process_and_the_same_parameters(tmp_path: Path) -> None:
-    job, catalog = _job(tmp_path)
+    delays = _kill_delays()
+    # A launch trains for its controller's life less its start-up, plus the moment its
+    # orphaned workers live on until the next controller kills them: at this pace the first
+    # lives together cannot train all STEPS steps however fast the machine, so they all land.
+    pace = 1.5 * sum(delays[:KILLS_AT_LEAST]) / STEPS
+    script = tmp_path / "paced.py"
+    script.write_text(PACED.format(seconds=pace, digits=str(DIGITS)))
+    catalog = write_catalog(tmp_path / "catalog.csv")
+    job = write_job(tmp_path / "job.toml", entrypoint=[sys.executable, str(script), *digits_entrypoint(STEPS)[2:]],
+                    steps=STEPS, nproc=1, deadline_hours=24, budget_usd=50, max_restarts=3)
     reference = uninterrupted_tensors(tmp_path / "reference", steps=STEPS, nproc=1)
 
     run_dir = tmp_path / "run"
-    rng = random.Random(20261201)  # the same ten moments on every run of the suite
     command = _run_command(str(job), "--catalog", str(catalog), "--run-dir", str(run_dir))
     kills = 0
     log = (tmp_path / "controllers.log").open("ab")
-    while kills < 10:
+    for delay in delays:
         controller = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         try:
             _wait(lambda: (run_dir / "state.json").exists(), 60, "the run state")
-            time.sleep(rng.uniform(0.2, 8.0))
+            time.sleep(delay)
         finally:
             _kill(controller)
         if controller.returncode != -signal.SIGKILL:
@@ -171,7 +202,7 @@ def test_ten_random_sigkills_then_resume_leave_no_process_and_the_same_parameter
         assert main(["run", "--resume", str(run_dir)]) == 0
     log.close()
 
-    assert kills >= 5, f"only {kills} kills landed before the run ended"
+    assert kills >= KILLS_AT_LEAST, f"only {kills} kills landed before the run ended"
     assert processes_of(str(run_dir)) == []
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] == STEPS
