@@ -152,6 +152,11 @@ class HeldReservation(_Section):
     count: int = Field(ge=1, le=4096)
     until: dt.date
 
+    @property
+    def ends_at(self) -> dt.datetime:
+        """The reservation is usable up to the start (UTC) of its ``until`` day."""
+        return dt.datetime.combine(self.until, dt.time(), tzinfo=dt.UTC)
+
 
 class Purchase(_Section):
     allow: tuple[PurchaseOption, ...] = Field(default=("spot", "on_demand"), max_length=MAX_LIST)

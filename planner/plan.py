@@ -54,7 +54,7 @@ def plan(
     speeds: Mapping[str, float] | None = None,
     purchase: Collection[str] | None = None,
     objective: str | None = None,
-    today: dt.date | None = None,
+    now: dt.datetime | None = None,
     data_location: Site | None = None,
     checkpoint_location: Site | None = None,
     resume: bool = False,
@@ -66,7 +66,8 @@ def plan(
     holds :attr:`Pool.key` values to leave out (a cooling spot pool is ``(id, "spot")``);
     ``interruption_rates`` are per spot pool id; ``speeds`` are per-GPU speeds in the work
     model's unit per second, in place of the job's figures for those GPUs; ``purchase``
-    narrows ``purchase.allow``; ``objective`` defaults to the job's.
+    narrows ``purchase.allow``; ``objective`` defaults to the job's; ``now`` (default: the
+    system clock) is when the plan starts, which held reservations' hours count from.
 
     Data gravity (:mod:`planner.transfer`): ``data_location`` is where the dataset is (default:
     the job's ``[data]``), ``checkpoint_location`` where the checkpoint is stored (default: the
@@ -86,7 +87,7 @@ def plan(
     objective = objective or job.objective.minimize
     transfers = transfers_for(job, data_location=data_location, checkpoint_location=checkpoint_location,
                               resume=resume)
-    candidates = candidate_configs(job, catalog, model, today=today, interruption_rates=interruption_rates,
+    candidates = candidate_configs(job, catalog, model, now=now, interruption_rates=interruption_rates,
                                    blocked=blocked, purchase=purchase, objective=objective, transfers=transfers)
     milp = None
     if candidates.configs and model.work > 0 and may_be_feasible(candidates.configs, model.work, limits):

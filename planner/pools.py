@@ -169,7 +169,7 @@ def candidate_configs(
     catalog: Catalog,
     work: WorkModel,
     *,
-    today: dt.date | None = None,
+    now: dt.datetime | None = None,
     interruption_rates: Mapping[str, float] | None = None,
     blocked: Collection[tuple[str, str]] = (),
     purchase: Collection[str] | None = None,
@@ -188,10 +188,11 @@ def candidate_configs(
     (default: the job's) is the one the MILP will minimise, which decides what pruning keeps;
     ``transfers`` (default: none) prices reaching the data and the checkpoint from each pool;
     ``learned`` holds past runs' (preemptions, node-hours) per (cloud, region, type) (default: the
-    store of :mod:`pricing.learned`).
+    store of :mod:`pricing.learned`); ``now`` (default: the system clock) is the moment a held
+    reservation's remaining hours count from.
     """
     check_gpu_names(job, catalog)
-    today = today or dt.date.today()
+    now = now or dt.datetime.now(dt.UTC)
     rates = interruption_rates or {}
     store_warnings: list[str] = []
     if learned is None:
@@ -229,7 +230,7 @@ def candidate_configs(
             risk = (RiskEstimate(rates[pool.id], "learned in this run") if rates.get(pool.id)
                     else estimate(o, learned=learned))
         configs += builder.configs(pool, o, risk)
-    configs += _held_configs(job, work, catalog, today, builder, warnings)
+    configs += _held_configs(job, work, catalog, now, builder, warnings)
     configs += cluster_configs(job, work, catalog, builder, warnings)
     considered = len(configs)
     carbon = (objective or job.objective.minimize) == "carbon"
@@ -351,7 +352,7 @@ class _Charges(NamedTuple):
     write_usd: float
 
 
-def _held_configs(job, work, catalog, today, builder: _Builder, warnings) -> list[Config]:
+def _held_configs(job, work, catalog, now: dt.datetime, builder: _Builder, warnings) -> list[Config]:
     out: list[Config] = []
     for i, held in enumerate(job.purchase.held):
         rows = [
@@ -367,7 +368,7 @@ def _held_configs(job, work, catalog, today, builder: _Builder, warnings) -> lis
         if work.speed(o.gpu) is None:
             warnings.append(f"purchase.held[{i}]: no throughput figure for {o.gpu}; reservation not used")
             continue
-        hours_left = (held.until - today).days * 24.0
+        hours_left = (held.ends_at - now).total_seconds() / 3600  # from this moment, not from midnight
         if hours_left <= 0:
             warnings.append(f"purchase.held[{i}]: reservation ended on {held.until}; not used")
             continue

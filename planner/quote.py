@@ -68,7 +68,11 @@ class Quote:
     exact: PlanView | None = None  # the exact optimum, when the plan is a simpler one within the tolerance
     tolerance: float = 0.0
     solve_seconds: float = 0.0
-    today: dt.date = field(default_factory=dt.date.today)
+    now: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))  # when the plan starts
+
+    @property
+    def today(self) -> dt.date:
+        return self.now.date()
 
     @property
     def status(self) -> str:
@@ -91,19 +95,19 @@ def make_quote(
     top: int = 3,
     frontier_points: int = 6,
     objective: str | None = None,
-    today: dt.date | None = None,
+    now: dt.datetime | None = None,
 ) -> Quote:
     """Solve the job on the catalog: best plan, ``top`` alternatives, the frontier."""
-    today = today or dt.date.today()
+    now = now or dt.datetime.now(dt.UTC)
     started = time.perf_counter()
-    planned = plan(job, catalog, limits=limits_for(job), objective=objective, today=today)
+    planned = plan(job, catalog, limits=limits_for(job), objective=objective, now=now)
     best, candidates, work, limits = planned.solution, planned.candidates, planned.work, planned.limits
     quote = Quote(job=job, work=work, catalog=catalog, plan=None, objective=planned.objective,
-                  candidates=candidates, today=today, tolerance=job.objective.tolerance)
+                  candidates=candidates, now=now, tolerance=job.objective.tolerance)
     if best is None:
         from planner.relax import explain_infeasible  # only a job with no plan needs it
 
-        quote.infeasible = explain_infeasible(job, catalog, work, candidates, limits, today=today)
+        quote.infeasible = explain_infeasible(job, catalog, work, candidates, limits, now=now)
         quote.solve_seconds = time.perf_counter() - started
         return quote
     quote.plan = view(best)

@@ -52,7 +52,7 @@ def explain_infeasible(
     candidates: CandidateSet,
     limits: Limits,
     *,
-    today: dt.date,
+    now: dt.datetime,
 ) -> Infeasibility:
     if not candidates.configs:
         return _no_candidates(job, catalog, work)
@@ -88,7 +88,7 @@ def explain_infeasible(
                     f"{round_up(both.cost):g}"
                 )
     if deadline is not None:
-        nodes = _smallest_max_nodes(job, catalog, work, limits, today, candidates.transfers)
+        nodes = _smallest_max_nodes(job, catalog, work, limits, now, candidates.transfers)
         if nodes is not None and nodes > job.constraints.max_nodes:
             out.relaxations.append(
                 Relaxation("constraints.max_nodes", nodes, f"raise max_nodes to {nodes}")
@@ -99,9 +99,9 @@ def explain_infeasible(
     return out
 
 
-def _smallest_max_nodes(job, catalog, work, limits, today, transfers) -> int | None:
+def _smallest_max_nodes(job, catalog, work, limits, now, transfers) -> int | None:
     def feasible(n: int) -> bool:
-        cands = candidate_configs(job, catalog, work, today=today, max_nodes=n, transfers=transfers)
+        cands = candidate_configs(job, catalog, work, now=now, max_nodes=n, transfers=transfers)
         return solve(cands.configs, work.work, limits, "cost") is not None
 
     lo = job.constraints.max_nodes

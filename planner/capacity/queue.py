@@ -121,7 +121,7 @@ def job_options(job: QueuedJob, spec: QueueSpec, catalog: Catalog, *, today: dt.
     job_spec = job.spec.model_copy(update={"constraints": constraints, "purchase": purchase})
     elastic_allowed = set(job.spec.purchase.allow) & set(spec.allow)  # the job's own allow narrows the queue's
     work = work_model(job_spec)
-    found = candidate_configs(job_spec, catalog, work, today=today, prune=False,
+    found = candidate_configs(job_spec, catalog, work, now=dt.datetime.combine(today, dt.time(), tzinfo=dt.UTC), prune=False,
                               purchase=elastic_allowed).configs
     elastic = prune_dominated([c for c in found if c.pool.purchase != HELD and c.pool.purchase in elastic_allowed])
     out = _pareto([_option(c) for c in elastic])

@@ -481,7 +481,7 @@ class Controller:
                 purchase: tuple[str, ...] | None) -> ReplanResult:
         now = self.clock.now()
         if not self.state.launches and not cooling:
-            return first_plan(self.job, self.catalog, today=phases.run_date(now))
+            return first_plan(self.job, self.catalog, now=phases.run_time(now))
         budget = self.job.constraints.budget_usd
         m = self.state.measured
         return replan_or_late(ReplanRequest(
@@ -490,7 +490,7 @@ class Controller:
             hours_left=(self.deadline_at - now) / 3600 if self.deadline_at is not None else None,
             restart_hours=self.job.overheads.restart_minutes / 60,
             measured=Measured(m.gpu, m.gpus, m.units_per_hour, m.steps) if m else None,
-            cooling=cooling, rates=dict(self.state.rates), purchase=purchase, today=phases.run_date(now),
+            cooling=cooling, rates=dict(self.state.rates), purchase=purchase, now=phases.run_time(now),
         ))
 
     def _plannable_job(self) -> JobSpec:

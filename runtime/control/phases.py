@@ -40,7 +40,7 @@ from planner.cluster import cluster_pool, find_cluster
 from planner.job import JobSpec
 from pricing.pool import CLUSTER, HELD, Pool, PoolError
 
-__all__ = ["held_end", "phase_hours", "replan_job", "run_date"]
+__all__ = ["held_end", "phase_hours", "replan_job", "run_date", "run_time"]
 
 _EPSILON_HOURS = 1e-6
 
@@ -73,16 +73,19 @@ def held_end(job: JobSpec, pool: Pool) -> float | None:
     planner sees one pool for them, with the hours of that one."""
     if pool.purchase != HELD:
         return None
-    ends = [h.until for h in job.purchase.held
+    ends = [h.ends_at for h in job.purchase.held
             if (h.cloud, h.region, h.instance_type) == (pool.cloud, pool.region, pool.instance_type)]
-    if not ends:
-        return None
-    return dt.datetime.combine(max(ends), dt.time(), tzinfo=dt.UTC).timestamp()
+    return max(ends).timestamp() if ends else None
+
+
+def run_time(now: float) -> dt.datetime:
+    """``now`` (the run clock's POSIX seconds) in UTC: the moment a re-plan plans from."""
+    return dt.datetime.fromtimestamp(now, dt.UTC)
 
 
 def run_date(now: float) -> dt.date:
-    """The UTC date at ``now`` (the run clock's POSIX seconds): the day a re-plan plans from."""
-    return dt.datetime.fromtimestamp(now, dt.UTC).date()
+    """The UTC date at ``now`` (the run clock's POSIX seconds)."""
+    return run_time(now).date()
 
 
 def replan_job(job: JobSpec, *, left_out: Collection[str] = (),

@@ -110,7 +110,7 @@ class ReplanRequest:
     allow_late: bool = True
     checkpoint_location: Site | None = None
     data_location: Site | None = None
-    today: dt.date | None = None  # on the run's clock: when held reservations end (default: the system's)
+    now: dt.datetime | None = None  # on the run's clock: held reservations' hours count from it (default: the system's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +168,7 @@ def _solve(request: ReplanRequest, deadline_hours: float | None, objective: str 
                 blocked={(pool_id, "spot") for pool_id in request.cooling}, interruption_rates=request.rates,
                 speeds=speeds, purchase=request.purchase, objective=objective,
                 data_location=request.data_location, checkpoint_location=request.checkpoint_location,
-                resume=True, today=request.today)
+                resume=True, now=request.now)
 
 
 def replan(request: ReplanRequest) -> ReplanResult:
@@ -187,9 +187,9 @@ def replan(request: ReplanRequest) -> ReplanResult:
     return ReplanResult.of(planned)
 
 
-def first_plan(job: JobSpec, catalog: Catalog, *, today: dt.date | None = None) -> ReplanResult:
-    """The plan a run starts with: exactly what ``planner quote`` says for the job (on ``today``)."""
-    quote = make_quote(job, catalog, top=0, frontier_points=0, today=today)
+def first_plan(job: JobSpec, catalog: Catalog, *, now: dt.datetime | None = None) -> ReplanResult:
+    """The plan a run starts with: exactly what ``planner quote`` says for the job (at ``now``)."""
+    quote = make_quote(job, catalog, top=0, frontier_points=0, now=now)
     if quote.plan is not None:
         first = quote.plan.solution.phases[0].config
         return ReplanResult(quote.plan, first.pool, first.nodes)

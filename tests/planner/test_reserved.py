@@ -14,6 +14,7 @@ from pricing.catalog import Catalog, Offering
 from pricing.pool import HELD
 
 TODAY = dt.date(2026, 11, 30)
+NOW = dt.datetime.combine(TODAY, dt.time(), tzinfo=dt.UTC)
 CATALOG = Catalog.of([
     Offering("aws", "us-east-1", None, "p4d.24xlarge", "A100", 8, 40, 96, 1152, 21.96, spot=9.0,
              reserved_1y=13.92),
@@ -33,7 +34,7 @@ HELD_2 = {"cloud": "aws", "region": "us-east-1", "instance_type": "p4d.24xlarge"
 
 
 def test_held_capacity_is_used_first_and_free():
-    q = make_quote(job(5e9, [HELD_2]), CATALOG, top=0, frontier_points=0, today=TODAY)
+    q = make_quote(job(5e9, [HELD_2]), CATALOG, top=0, frontier_points=0, now=NOW)
     (phase,) = q.plan.solution.phases
     assert phase.config.purchase == HELD and phase.config.nodes == 2
     assert q.plan.expected_cost_usd == 0
@@ -41,16 +42,29 @@ def test_held_capacity_is_used_first_and_free():
 
 def test_held_capacity_ends_then_on_demand_finishes():
     soon = {**HELD_2, "until": (TODAY + dt.timedelta(days=1)).isoformat()}
-    q = make_quote(job(2e10, [soon]), CATALOG, top=0, frontier_points=0, today=TODAY)
+    q = make_quote(job(2e10, [soon]), CATALOG, top=0, frontier_points=0, now=NOW)
     held = [p for p in q.plan.solution.phases if p.config.purchase == HELD]
     assert held and held[0].hours == pytest.approx(24.0)
     assert q.plan.solution.phases[0].config.purchase == HELD  # used first
     assert len(q.plan.solution.phases) == 2 and q.plan.expected_cost_usd > 0
 
 
+def test_held_hours_count_from_the_moment_of_the_plan_not_from_midnight():
+    """At 18:00 the day before a reservation's `until`, 6 hours of it are left, not a whole day."""
+    soon = {**HELD_2, "until": (TODAY + dt.timedelta(days=1)).isoformat()}
+    evening = NOW + dt.timedelta(hours=18)
+    q = make_quote(job(2e10, [soon]), CATALOG, top=0, frontier_points=0, now=evening)
+    held = [p for p in q.plan.solution.phases if p.config.purchase == HELD]
+    assert held and held[0].hours == pytest.approx(6.0)
+    assert held[0].config.pool.term_hours == pytest.approx(6.0)
+    late = make_quote(job(2e10, [soon]), CATALOG, top=0, frontier_points=0, now=NOW + dt.timedelta(days=1, minutes=1))
+    assert all(p.config.purchase != HELD for p in late.plan.solution.phases)
+    assert any("ended" in w for w in late.candidates.warnings)
+
+
 def test_ended_reservation_is_ignored_with_a_warning():
     old = {**HELD_2, "until": "2026-01-01"}
-    q = make_quote(job(1e9, [old]), CATALOG, top=0, frontier_points=0, today=TODAY)
+    q = make_quote(job(1e9, [old]), CATALOG, top=0, frontier_points=0, now=NOW)
     assert all(p.config.purchase != HELD for p in q.plan.solution.phases)
     assert any("ended" in w for w in q.candidates.warnings)
 
@@ -58,17 +72,17 @@ def test_ended_reservation_is_ignored_with_a_warning():
 def test_unknown_held_instance_names_the_key():
     bad = {**HELD_2, "instance_type": "p4x.24xlarge"}
     with pytest.raises(PlannerError, match=r"purchase.held\[0\]"):
-        make_quote(job(1e9, [bad]), CATALOG, top=0, frontier_points=0, today=TODAY)
+        make_quote(job(1e9, [bad]), CATALOG, top=0, frontier_points=0, now=NOW)
 
 
 def test_new_term_is_charged_whole():
-    q = make_quote(job(1e9, allow=("reserved_1y",)), CATALOG, top=0, frontier_points=0, today=TODAY)
+    q = make_quote(job(1e9, allow=("reserved_1y",)), CATALOG, top=0, frontier_points=0, now=NOW)
     (phase,) = q.plan.solution.phases
     assert phase.config.purchase == "reserved_1y"
     assert q.plan.expected_cost_usd == pytest.approx(13.92 * 8760 * phase.config.nodes)
     assert any(line.label.startswith("reserved terms") for line in q.plan.lines)
     # with on-demand allowed, a one-year term is never worth it for a short job
-    q2 = make_quote(job(1e9, allow=("reserved_1y", "on_demand")), CATALOG, top=0, frontier_points=0, today=TODAY)
+    q2 = make_quote(job(1e9, allow=("reserved_1y", "on_demand")), CATALOG, top=0, frontier_points=0, now=NOW)
     assert all(p.config.purchase == "on_demand" for p in q2.plan.solution.phases)
 
 
@@ -78,22 +92,22 @@ def test_quote_json_phases_read_back_as_pools_term_included():
     from pricing.pool import Pool
 
     for allow, held in ((("reserved_1y",), ()), (("on_demand",), [HELD_2])):
-        q = make_quote(job(1e9, held, allow=allow), CATALOG, top=0, frontier_points=0, today=TODAY)
+        q = make_quote(job(1e9, held, allow=allow), CATALOG, top=0, frontier_points=0, now=NOW)
         for phase, shown in zip(q.plan.solution.phases, plan_json(q.plan)["phases"]):
             pool = Pool.from_dict(shown)
             assert pool == phase.config.pool and shown["nodes"] == phase.config.nodes
             assert shown["hours"] == pytest.approx(phase.hours, abs=1e-4)
-    term = make_quote(job(1e9, allow=("reserved_1y",)), CATALOG, top=0, frontier_points=0, today=TODAY)
+    term = make_quote(job(1e9, allow=("reserved_1y",)), CATALOG, top=0, frontier_points=0, now=NOW)
     (shown,) = plan_json(term.plan)["phases"]
     assert shown["term_hours"] == 8760 and shown["term_usd"] == pytest.approx(13.92 * 8760)
     assert shown["term_cost_usd"] == pytest.approx(13.92 * 8760 * shown["nodes"])
-    held = make_quote(job(5e9, [HELD_2]), CATALOG, top=0, frontier_points=0, today=TODAY)
+    held = make_quote(job(5e9, [HELD_2]), CATALOG, top=0, frontier_points=0, now=NOW)
     (shown,) = plan_json(held.plan)["phases"]
     assert shown["purchase"] == HELD and shown["term_hours"] == (dt.date(2027, 3, 1) - TODAY).days * 24
 
 
 def test_a_configuration_takes_its_prices_and_term_from_its_pool():
-    q = make_quote(job(1e9, allow=("reserved_1y",)), CATALOG, top=0, frontier_points=0, today=TODAY)
+    q = make_quote(job(1e9, allow=("reserved_1y",)), CATALOG, top=0, frontier_points=0, now=NOW)
     cfg = q.plan.solution.phases[0].config
     assert (cfg.hourly_usd, cfg.burn) == (0.0, 0.0)
     assert cfg.fixed_usd == pytest.approx(cfg.pool.term_usd * cfg.nodes)

@@ -44,6 +44,9 @@ def test_the_held_reservation_ends_at_a_checkpoint_and_spot_finishes_the_job(tmp
     run = start(tmp_path)
     summary = run.run()
     assert summary["status"] == "completed" and summary["steps"] == 300
+    # The first plan already counts the 0.04 h the reservation has left on the run's clock (not
+    # the whole day it started in), so it pays for the spot node that must finish the job.
+    assert run.events("plan")[0]["expected_cost_usd"] > 0
     first, second = summary["launches"]
     assert first["pool_id"] == HELD and first["outcome"] == "phase_end"
     assert second["pool_id"] == AWS_A and second["start_step"] == first["end_step"] > 0
