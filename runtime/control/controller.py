@@ -511,6 +511,14 @@ class Controller:
             return held, f"the held reservation ends on {phases.run_date(held)}"
         return None
 
+    def _phase_over(self, record: LaunchRecord, phase_end_at: tuple[float, str] | None) -> str | None:
+        """Why the launch's phase is over now, or None."""
+        if phase_end_at is not None and self.clock.now() >= phase_end_at[0]:
+            return phase_end_at[1]
+        if self._held_taken is not None and self.held is not None and self.held.over(record.pool):
+            return "the queue's reservation window closed"  # its clock, not this run's: asked at every poll
+        return None
+
     def _deadline_missed(self, result: ReplanResult) -> bool:
         """Log and alert a plan that can only finish late; True when the job says to stop instead."""
         stop = self.job.run.on_deadline_miss == "stop"
@@ -665,10 +673,9 @@ class Controller:
                     self.events.emit("budget_release", reason="the checkpoint did not commit in time: release "
                                      "without it to stay under the budget", spent_usd=round(cap.spent_usd, 4))
                     break
-            if (phase_end_at is not None and stop_sent is None and record.training_at is not None
-                    and self.clock.now() >= phase_end_at[0]):
+            if stop_sent is None and record.training_at is not None and (why := self._phase_over(record, phase_end_at)):
                 phase_end = True
-                stop_sent = self._request("stop", f"{record.pool.id}: its phase of the plan ends ({phase_end_at[1]}): "
+                stop_sent = self._request("stop", f"{record.pool.id}: its phase of the plan ends ({why}): "
                                                   "checkpoint and move on")
             if stop_sent is not None and self._worker_state(record.launch_id) == "preempted":
                 break  # the checkpoint is committed: release now rather than pay for the workers' teardown
@@ -949,10 +956,11 @@ class Controller:
         self._choose_pool(preempted=None, reason=f"{pool.id} has no capacity")
 
     def _phase_ended(self, record: LaunchRecord) -> None:
-        """A cluster's phase or a held reservation ended at a checkpoint: leave the pool for good and
-        plan the rest."""
+        """A cluster's phase or a held reservation ended at a checkpoint: leave the pool for good (a
+        queue's reservation: until its allotment has nodes again) and plan the rest."""
         pool = record.pool
-        self.state.left_out[pool.id] = None
+        if self.held is None or not self.held.covers(pool):
+            self.state.left_out[pool.id] = None  # a queue's window may open again: its job_view says when
         self.events.emit("phase_end", launch=record.launch_id, pool=pool.id, step=record.end_step,
                          hours=round(self.state.pool_hours.get(pool.id, 0.0), 4))
         self.state.set_pool(None, None)

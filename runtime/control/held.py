@@ -12,8 +12,11 @@ before it provisions them and gives them back when it releases them:
   cloud without capacity -- the controller re-plans, and its re-plans see only the held nodes that
   are free (:meth:`HeldAllotment.job_view`).
 * A reservation with a slot window (``from_slot``/``until_slot``) counts only inside it, on the
-  queue's clock; a launch that already holds nodes keeps them past the window's end (the
-  controller does not stop a launch for it).
+  queue's clock.  When a window closes under nodes a launch holds (:meth:`HeldAllotment.over`),
+  the controller stops that launch at a checkpoint as it does when a held reservation ends, and
+  re-plans on what is free then: past its window the team no longer has the node (a capacity
+  block's instances are terminated; a reserved instance is billed on demand), so a $0 hour
+  there would be a lie in the ledger.
 * The allotment is per process and thread-safe; a run outside a queue has none and uses its held
   nodes as its job says.
 """
@@ -80,6 +83,12 @@ class HeldAllotment:
             if self._taken.get(key, 0) < nodes:
                 raise RuntimeError(f"{key}: {nodes} held node(s) given back that were never taken")
             self._taken[key] -= nodes
+
+    def over(self, pool: Pool) -> bool:
+        """Whether the launches hold more of ``pool``'s reservation than the queue has now (a window closed)."""
+        key = key_of(pool)
+        with self._lock:
+            return self._taken.get(key, 0) > self._held_now(key)
 
     def free(self, pool: Pool) -> int:
         key = key_of(pool)

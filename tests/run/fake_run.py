@@ -11,6 +11,7 @@ from planner.job import load_job
 from runtime.control.clock import ManualClock
 from runtime.control.controller import Controller, Tuning
 from runtime.control.events import read_events
+from runtime.control.held import HeldAllotment
 from runtime.control.run_state import load_state, new_state
 from runtime.providers.base import ProviderContext
 from runtime.providers.fake import FakeProvider, FakeScript
@@ -56,8 +57,10 @@ class FakeRun:
         return json.loads((self.run_dir / "state.json").read_text())
 
 
-def open_run(run_dir: Path, fake: FakeScript, *, tuning: Tuning = TUNING, at: float | None = None) -> FakeRun:
-    """Open (or resume) the run in ``run_dir`` on a fresh fake provider and manual clock."""
+def open_run(run_dir: Path, fake: FakeScript, *, tuning: Tuning = TUNING, at: float | None = None,
+             held: HeldAllotment | None = None) -> FakeRun:
+    """Open (or resume) the run in ``run_dir`` on a fresh fake provider and manual clock (``held``: a
+    queue's allotment of held nodes)."""
     state = load_state(run_dir)
     clock = ManualClock(state.origin, state.time_scale, at=at)
     built: list[FakeProvider] = []
@@ -66,7 +69,7 @@ def open_run(run_dir: Path, fake: FakeScript, *, tuning: Tuning = TUNING, at: fl
         built.append(FakeProvider(context, fake))
         return built[-1]
 
-    controller = Controller.open(run_dir, tuning=tuning, provider=factory, clock=clock)
+    controller = Controller.open(run_dir, tuning=tuning, provider=factory, clock=clock, held=held)
     return FakeRun(run_dir.parent, run_dir, clock, controller, built[0])
 
 
