@@ -150,12 +150,42 @@ class HeldReservation(_Section):
     region: str
     instance_type: str
     count: int = Field(ge=1, le=4096)
-    until: dt.date
+    # A date (the reservation ends at the start, UTC, of that day) or a moment with its UTC offset:
+    # capacity blocks end at a time of day (AWS's at 11:30 UTC), a queue's slot window at any hour.
+    until: dt.datetime | dt.date
+
+    @field_validator("until", mode="before")
+    @classmethod
+    def _parse_until(cls, value: Any) -> Any:
+        if isinstance(value, str):  # read back from a run's state: a date stays a date
+            try:
+                return dt.date.fromisoformat(value)
+            except ValueError:
+                return dt.datetime.fromisoformat(value)
+        return value
+
+    @field_validator("until")
+    @classmethod
+    def _aware(cls, value: dt.datetime | dt.date) -> dt.datetime | dt.date:
+        if isinstance(value, dt.datetime):
+            if value.tzinfo is None:
+                raise ValueError(f"{value.isoformat()} has no UTC offset: write {value.isoformat()}Z for UTC "
+                                 "(or an offset such as +01:00), or a date alone")
+            return value.astimezone(dt.UTC)
+        return value
 
     @property
     def ends_at(self) -> dt.datetime:
-        """The reservation is usable up to the start (UTC) of its ``until`` day."""
+        """The moment the reservation ends: its ``until``, or the start (UTC) of its ``until`` day."""
+        if isinstance(self.until, dt.datetime):
+            return self.until
         return dt.datetime.combine(self.until, dt.time(), tzinfo=dt.UTC)
+
+
+def when(at: dt.datetime) -> str:
+    """A reservation's end in a message: ``on 2027-03-01`` at midnight UTC, else ``at 2027-03-01 11:30 UTC``."""
+    at = at.astimezone(dt.UTC)
+    return f"on {at.date()}" if at.time() == dt.time() else f"at {at:%Y-%m-%d %H:%M} UTC"
 
 
 class Purchase(_Section):

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.job import JobSpec
+from planner.job import JobSpec, when
 from planner.policy import ON_DEMAND, PolicyMemory, make_policy
 from planner.report import plan_json
 from pricing import learned, risk
@@ -496,7 +496,7 @@ class Controller:
     def _plannable_job(self) -> JobSpec:
         """The job a re-plan solves: without the cluster pools left out now (runtime.control.phases),
         and in a queue with only the held nodes the other jobs leave free (runtime.control.held)."""
-        job = self.job if self.held is None else self.held.job_view(self.job)
+        job = self.job if self.held is None else self.held.job_view(self.job, phases.run_time(self.clock.now()))
         return phases.replan_job(job, left_out=self.state.left_out_at(self.clock.now()),
                                  used_hours=self.state.pool_hours)
 
@@ -508,7 +508,7 @@ class Controller:
             return record.provisioned_at + hours * 3600, "the hours the plan gives the team's cluster"
         held = phases.held_end(self.job, record.pool)
         if held is not None:
-            return held, f"the held reservation ends on {phases.run_date(held)}"
+            return held, f"the held reservation ends {when(phases.run_time(held))}"
         return None
 
     def _phase_over(self, record: LaunchRecord, phase_end_at: tuple[float, str] | None) -> str | None:

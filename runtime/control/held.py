@@ -23,6 +23,7 @@ before it provisions them and gives them back when it releases them:
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import threading
 from collections.abc import Callable, Iterable
@@ -95,10 +96,17 @@ class HeldAllotment:
         with self._lock:
             return max(0, self._held_now(key) - self._taken.get(key, 0))
 
-    def job_view(self, job: JobSpec) -> JobSpec:
-        """``job`` with each of the queue's held reservations cut to its nodes free now (none: left out)."""
+    def job_view(self, job: JobSpec, now: dt.datetime) -> JobSpec:
+        """``job`` with each of the queue's held reservations cut to its nodes free now (none: left out)
+        and to the end of the window it is in, ``now`` being the run's time: a plan made late in a
+        window counts only the hours left in it."""
         with self._lock:
+            h = self._hours()
             left = {w.key: max(0, self._held_now(w.key) - self._taken.get(w.key, 0)) for w in self._windows}
+        ends = {}
+        for w in self._windows:
+            if w.start_h <= h < w.end_h and math.isfinite(w.end_h):
+                ends[w.key] = min(ends.get(w.key, math.inf), w.end_h)
         held = []
         for r in job.purchase.held:
             key = (r.cloud, r.region, r.instance_type)
@@ -107,8 +115,14 @@ class HeldAllotment:
                 continue
             n = min(r.count, left[key])
             left[key] -= n
-            if n > 0:
-                held.append(r.model_copy(update={"count": n}))
+            if n <= 0:
+                continue
+            update: dict[str, object] = {"count": n}
+            if key in ends:
+                window_end = now + dt.timedelta(hours=ends[key] - h)
+                if window_end < r.ends_at:
+                    update["until"] = window_end
+            held.append(r.model_copy(update=update))
         if tuple(held) == job.purchase.held:
             return job
         return job.model_copy(update={"purchase": job.purchase.model_copy(update={"held": tuple(held)})})

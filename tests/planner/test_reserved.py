@@ -62,6 +62,28 @@ def test_held_hours_count_from_the_moment_of_the_plan_not_from_midnight():
     assert any("ended" in w for w in late.candidates.warnings)
 
 
+def test_an_until_with_a_time_of_day_ends_the_reservation_then():
+    """A capacity block ends at a time of day (AWS's at 11:30 UTC): `until` may say so, with its offset."""
+    block = {**HELD_2, "until": (NOW + dt.timedelta(hours=11, minutes=30)).isoformat()}
+    q = make_quote(job(2e10, [block]), CATALOG, top=0, frontier_points=0, now=NOW + dt.timedelta(hours=8))
+    held = [p for p in q.plan.solution.phases if p.config.purchase == HELD]
+    assert held and held[0].config.pool.term_hours == pytest.approx(3.5)
+    # The same moment written in another offset is the same end.
+    paris = {**HELD_2, "until": "2026-11-30T12:30:00+01:00"}
+    q2 = make_quote(job(2e10, [paris]), CATALOG, top=0, frontier_points=0, now=NOW + dt.timedelta(hours=8))
+    assert [p.config.pool.term_hours for p in q2.plan.solution.phases if p.config.purchase == HELD] == [
+        pytest.approx(3.5)]
+    late = make_quote(job(2e10, [block]), CATALOG, top=0, frontier_points=0, now=NOW + dt.timedelta(hours=12))
+    assert any("ended at 2026-11-30 11:30 UTC" in w for w in late.candidates.warnings)
+
+
+def test_an_until_without_an_offset_is_refused_with_the_fix():
+    from planner.errors import JobSpecError
+
+    with pytest.raises(JobSpecError, match=r"purchase\.held\[0\]\.until: .*no UTC offset.*Z"):
+        job(1e9, [{**HELD_2, "until": dt.datetime(2027, 3, 1, 11, 30)}])
+
+
 def test_ended_reservation_is_ignored_with_a_warning():
     old = {**HELD_2, "until": "2026-01-01"}
     q = make_quote(job(1e9, [old]), CATALOG, top=0, frontier_points=0, now=NOW)

@@ -1,0 +1,55 @@
+"""A capacity queue's held nodes as its jobs' re-plans see them (runtime/control/held.py): the nodes
+free now, for the hours left in the window they are in."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from planner.job import parse_job
+from planner.quote import make_quote
+from pricing.catalog import Catalog, Offering
+from pricing.pool import HELD, Pool
+from runtime.control.held import HeldAllotment, Window
+
+NOW = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.UTC)  # the run's clock; the queue's is in `hours`
+KEY = ("aws", "us-east-1", "p4d.24xlarge")
+OFFERING = Offering("aws", "us-east-1", None, "p4d.24xlarge", "A100", 8, 40, 96, 1152, 21.96, spot=9.0)
+CATALOG = Catalog.of([OFFERING])
+FAR = dt.date(2027, 6, 1)  # what job_for_run gives a queue's reservations: past the queue's horizon
+
+
+def job(count: int = 2):
+    return parse_job({
+        "name": "q", "workload": {"model": "gpt-7b", "tokens": 2e10},
+        "constraints": {"max_nodes": 2},
+        "purchase": {"allow": ["on_demand"], "held": [
+            {"cloud": "aws", "region": "us-east-1", "instance_type": "p4d.24xlarge", "count": count,
+             "until": FAR.isoformat()}]},
+    })
+
+
+def test_a_replan_late_in_a_window_counts_only_the_hours_left_in_it():
+    queue_hours = {"now": 1.0}
+    allotment = HeldAllotment([Window(KEY, 2, 0.0, 4.0), Window(KEY, 2, 4.0, 10.0)], hours=lambda: queue_hours["now"])
+    (held,) = allotment.job_view(job(), NOW).purchase.held
+    assert held.count == 2 and held.ends_at == NOW + dt.timedelta(hours=3)
+    q = make_quote(allotment.job_view(job(), NOW), CATALOG, top=0, frontier_points=0, now=NOW)
+    on_held = [p for p in q.plan.solution.phases if p.config.purchase == HELD]
+    assert on_held and on_held[0].config.pool.term_hours == pytest.approx(3.0)
+    assert q.plan.expected_cost_usd > 0  # the rest is paid for on demand
+    # Another job holds one node: the view has the other one. In the next window, its end counts.
+    pool = Pool.held(OFFERING, hours_left=1.0)
+    assert allotment.try_take(pool, 1)
+    queue_hours["now"] = 5.0
+    (held,) = allotment.job_view(job(), NOW).purchase.held
+    assert held.count == 1 and held.ends_at == NOW + dt.timedelta(hours=5)
+
+
+def test_a_window_without_an_end_keeps_the_jobs_own_until():
+    allotment = HeldAllotment([Window(KEY, 2, 0.0)], hours=lambda: 5.0)
+    assert allotment.job_view(job(), NOW) == job()
+    # Outside every window the queue's reservation is not in the view at all.
+    later = HeldAllotment([Window(KEY, 2, 0.0, 4.0)], hours=lambda: 5.0)
+    assert later.job_view(job(), NOW).purchase.held == ()
