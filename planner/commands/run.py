@@ -7,6 +7,7 @@ The runtime is imported lazily (inside :func:`handle`), so `planner quote` and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -126,7 +127,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
 
 def _run(args: argparse.Namespace, console: Console) -> int:
     from danlu.extras import require
-    from runtime.control import detach
+    from runtime.control import detach, queue_held
     from runtime.control.chaos import parse_chaos
     from runtime.control.controller import Controller, Tuning
     from runtime.control.run_state import (
@@ -143,6 +144,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     require("torch", "train", feature="planner run")
     tuning = Tuning(cooldown_minutes=args.cooldown, rdzv_timeout_s=args.rdzv_timeout)
     lock: detach.ControllerLock | None = None
+    queue: queue_held.QueueHeld | None = None  # the queue whose held nodes a resumed job of it shares
+    queue_lock: detach.ControllerLock | None = None
     if args.resume:
         if args.job or args.plan or args.chaos or args.provider:
             raise RuntimeFailure(
@@ -154,14 +157,21 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         # taken before the state changes, so two resumes cannot both reopen it.
         lock = detach.ControllerLock(run_dir).acquire()
         try:
+            queue = queue_held.read(run_dir)
+            if queue is not None:
+                queue_lock = queue_held.lock_queue(run_dir.parent, queue.queue)
             if args.budget_usd is not None:
                 raise_budget(run_dir, args.budget_usd)
             if reopen_cancelled(run_dir) is not None:
                 console.print(f"continuing the cancelled run from step {load_state(run_dir).steps}")
             if args.detach:
-                lock.release()  # the background controller takes it
+                lock.release()  # the background controller takes both
+                if queue_lock is not None:
+                    queue_lock.release()
         except BaseException:
             lock.release()
+            if queue_lock is not None:
+                queue_lock.release()
             raise
     else:
         if args.budget_usd is not None:
@@ -199,10 +209,12 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         return _detach(run_dir, args, console)
     if lock is None:
         lock = detach.ControllerLock(run_dir).acquire()
-    with lock:
+    with lock, queue_lock or contextlib.nullcontext():
         console.print(f"run directory: {run_dir}")
         view = _View(console)
-        controller = Controller.open(run_dir, tuning=tuning, on_event=view.event, on_progress=view.progress)
+        held = None if queue is None else queue.allotment()
+        controller = Controller.open(run_dir, tuning=tuning, on_event=view.event, on_progress=view.progress,
+                                     held=held)
         view.simulated = controller.state.time_scale != 1
         if view.simulated:
             console.print(f"times marked 'sim' are simulated ({controller.state.time_scale:g}x real time); "

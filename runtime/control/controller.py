@@ -543,8 +543,10 @@ class Controller:
         launch_id = f"l-{len(self.state.launches) + 1}"
         start_step = self.store.latest_step() or 0
         if self.held is not None and self.held.covers(pool) and not self._take_held(pool, count, launch_id):
-            return _LaunchEnd(contract.Outcome.FAILED, f"{pool.label(count)}: the queue's other jobs hold its "
-                              f"nodes ({self.held.free(pool)} free)", no_capacity=True)
+            why = (f"the queue's other jobs hold its nodes ({self.held.free(pool)} free)"
+                   if self.held.held_now(pool) >= count else
+                   f"the queue holds {self.held.held_now(pool)} of its nodes now (outside the reservation's window)")
+            return _LaunchEnd(contract.Outcome.FAILED, f"{pool.label(count)}: {why}", no_capacity=True)
         if self.provider.host_startup and self.clock.scale > 1:
             self.clock.pause()  # until the workers train: this host's start-up is not the cloud's
         try:
@@ -554,10 +556,14 @@ class Controller:
 
     def _take_held(self, pool: Pool, count: int, launch_id: str) -> bool:
         """Take ``count`` of the queue's held nodes of ``pool``, waiting for another job to release them
-        while the deadline leaves the time to run the plan after the wait; False when it does not."""
+        while the deadline leaves the time to run the plan after the wait; False when it does not, and
+        at once when the queue does not hold that many now (a plan made before its window closed, such as
+        the schedule's plan of a job resumed late): no job's release would free them."""
         assert self.held is not None
         waited = False
         while not self.held.try_take(pool, count):
+            if self.held.held_now(pool) < count:
+                return False
             if not waited:
                 self.events.emit("held_wait", launch=launch_id, pool=pool.label(count), free=self.held.free(pool))
                 waited = True

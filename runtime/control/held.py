@@ -91,6 +91,11 @@ class HeldAllotment:
         with self._lock:
             return self._taken.get(key, 0) > self._held_now(key)
 
+    def held_now(self, pool: Pool) -> int:
+        """How many nodes of ``pool``'s reservation the queue has now (0 outside its windows)."""
+        with self._lock:
+            return self._held_now(key_of(pool))
+
     def free(self, pool: Pool) -> int:
         key = key_of(pool)
         with self._lock:

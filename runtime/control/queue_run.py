@@ -16,6 +16,9 @@ start).  The team has the held nodes once, so the controllers share them
 provisions them and gives them back when it releases them.  A job whose scheduled held nodes
 are still busy (the job before it ran longer than its estimate) waits for them while its
 deadline allows, and otherwise re-plans on what is free, as a re-plan after a preemption does.
+The queue's process holds a lock on its directory, and each job's run directory keeps the queue's
+windows (:mod:`runtime.control.queue_held`), so a job resumed on its own later counts the held
+nodes as the queue did, and never while another process counts them.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from runtime.control import detach
 from runtime.control.controller import Controller, Tuning
 from runtime.control.held import HeldAllotment, Window
 from runtime.control.phases import run_date
+from runtime.control.queue_held import QueueHeld, lock_queue
+from runtime.control.queue_held import write as write_queue_held
 from runtime.control.run_state import new_state
 
 QUEUE_FILE = "queue.json"
@@ -75,6 +80,13 @@ def run_queue(schedule: QueueSchedule, run_root: Path, options: QueueRunOptions,
               on_event: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Run every job of ``schedule``; returns (and writes to ``run_root/queue.json``) each job's outcome."""
     run_root.mkdir(parents=True, exist_ok=True)
+    # Held for the whole queue: a resume of one of its jobs (planner run --resume) must wait for it.
+    with lock_queue(run_root, schedule.spec.name):
+        return _run_jobs(schedule, run_root, options, on_event)
+
+
+def _run_jobs(schedule: QueueSchedule, run_root: Path, options: QueueRunOptions,
+              on_event: Callable[[str, dict[str, Any]], None] | None) -> dict[str, Any]:
     order = sorted((j for j in schedule.jobs if j.segments), key=lambda j: (j.segments[0].start_slot, j.job.name))
     origin, origin_mono = time.time(), time.monotonic()  # slot k starts (k * slot_hours / time_scale) after these
     today = run_date(origin)  # the run clock's UTC date, as held_end and re-plans read the held `until`
@@ -87,10 +99,10 @@ def run_queue(schedule: QueueSchedule, run_root: Path, options: QueueRunOptions,
         provider = options.provider or job.run.provider
         prepared.append((js, job, provider, plan_path, run_root / name))
     h = schedule.spec.slot_hours
-    held = HeldAllotment([Window((r.cloud, r.region, r.instance_type), r.count, r.from_slot * h,
-                                 math.inf if r.until_slot is None else r.until_slot * h)
-                          for r in schedule.spec.reservations],
-                         hours=lambda: (time.monotonic() - origin_mono) * options.time_scale / 3600)
+    windows = [Window((r.cloud, r.region, r.instance_type), r.count, r.from_slot * h,
+                      math.inf if r.until_slot is None else r.until_slot * h) for r in schedule.spec.reservations]
+    held = HeldAllotment(windows, hours=lambda: (time.monotonic() - origin_mono) * options.time_scale / 3600)
+    held_record = QueueHeld.of(schedule.spec.name, origin, options.time_scale, windows)
     results: dict[str, dict[str, Any]] = {}
     errors: list[Exception] = []
 
@@ -103,6 +115,7 @@ def run_queue(schedule: QueueSchedule, run_root: Path, options: QueueRunOptions,
             new_state(job_path=Path(js.job.path), job=job, run_dir=run_dir, catalog=options.catalog,
                       provider=provider, time_scale=options.time_scale, policy=options.policy, chaos=[],
                       plan_path=plan_path, use_cache=options.use_cache)
+            write_queue_held(run_dir, held_record)  # a resume of this job keeps the queue's windows
             listener = None if on_event is None else (lambda record: on_event(js.job.name, record))
             with detach.ControllerLock(run_dir).acquire():
                 summary = Controller.open(run_dir, tuning=options.tuning, on_event=listener, held=held).run()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
+from runtime.control.queue_held import read as read_queue_held
 from tests.run.helpers import HEADER, digits_entrypoint, processes_of
 
 pytestmark = pytest.mark.ddp
@@ -71,6 +72,10 @@ def test_a_queue_runs_each_job_through_its_own_controller_as_scheduled(tmp_path:
         assert state["job"]["constraints"]["deadline_hours"] == pytest.approx(left)
         origins[name] = state["origin"]
         assert summary["cost_usd"] == 0  # held capacity: $0 an hour
+        # What a later `planner run --resume` of this job counts the held node by: the queue's window and clock.
+        queue = read_queue_held(run_dir)
+        assert queue is not None and queue.origin == out["origin"] and queue.time_scale == TIME_SCALE
+        assert [(w.count, w.start_h, w.end_h) for w in queue.windows] == [(1, 0.0, None)]
     # Each job waited for its slot, counted from the queue's start (not from a's start: a's own
     # start-up on a busy machine can take longer than b's and say nothing about the schedule).
     assert origins["a"] >= out["origin"]
