@@ -865,7 +865,8 @@ class Controller:
             codes = ", ".join(f"{s.node_id}: {s.returncode}" for s in statuses)
             outcome, reason = contract.Outcome.FAILED, f"workers exited ({codes}){record.log_cause()}"
         self._measure(record, status)
-        reached = status.step if status is not None and status.state != "running" else self._estimate_step(record)
+        ended = status is not None and status.state != "running"
+        reached = status.step if ended and status is not None else self._estimate_step(record, status)
         lost = max(0, reached - committed)
         # A stop the phase's end asked for, honoured with a checkpoint: planned, not a preemption.
         phase_end = phase_end and outcome is contract.Outcome.PREEMPTED and status is not None \
@@ -882,13 +883,25 @@ class Controller:
         return _LaunchEnd(outcome, reason, budget_stop=budget_stop, checkpoint_kept=kept, permanent=permanent,
                           phase_end=phase_end)
 
-    def _estimate_step(self, record: LaunchRecord) -> int:
-        """Where a killed launch had got to: training time times the measured speed."""
+    def _estimate_step(self, record: LaunchRecord, status: contract.RunStatus | None) -> int:
+        """Where a killed launch had got to: the step rank 0 last reported (``status``, still
+        "running"), plus the measured speed over the time since.  Rank 0 reports again within its
+        ``heartbeat_s`` while it trains, so once it has reported after its start the time since
+        counts for a heartbeat and a step at most: a report that stopped coming means the workers
+        had stopped advancing (a hung collective, a stalled store), not that they trained on."""
         if record.training_at is None or record.training_step is None or record.released_at is None:
             return record.start_step
-        hours = (record.released_at - record.training_at) / 3600
         per_step = units_per_step(self.job, self.store)
-        reached = record.training_step + int(hours * self.state.rate(self.job, record.pool, record.nodes) / per_step)
+        rate = self.state.rate(self.job, record.pool, record.nodes)  # units an hour
+        since, step = record.training_at, record.training_step
+        if status is not None and status.state == "running" and status.heartbeat_s \
+                and self.clock.sim(status.updated_at) > since:
+            since, step = self.clock.sim(status.updated_at), max(step, status.step)
+            hours = min((record.released_at - since) / 3600,
+                        status.heartbeat_s * self.clock.scale / 3600 + per_step / max(rate, 1e-12))
+        else:  # killed before its first heartbeat (or workers that do not send one)
+            hours = (record.released_at - since) / 3600
+        reached = step + int(max(hours, 0.0) * rate / per_step)
         if self.job.workload.unit == "gpu_hours":  # no step count to bound it by
             return reached
         # A launch cannot get past the job's last step, however slow its release was.

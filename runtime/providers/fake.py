@@ -17,7 +17,11 @@ Fault knobs (:class:`FakeScript`), each keyed by launch id (``l-1``, ``l-2``, ..
 * ``exits``: the workers of a launch exit with this code ``crash_after_s`` into training;
 * ``hang``: the workers of a launch never start training (a hung start-up);
 * ``reclaim_at_final``: a launch whose first node is reclaimed the moment its final
-  checkpoint commits, before the workers can report "completed".
+  checkpoint commits, before the workers can report "completed";
+* ``stalls``: the workers of a launch stop advancing this many seconds into training (a hung
+  collective) and stay alive, silent, until they are stopped or their node goes;
+* ``heartbeat_s``: report "running" with the step every so many seconds while training, as
+  the training session does (``contract.STATUS_HEARTBEAT_S``); None: only once, at the start.
 
 The run's chaos plan (``--chaos``) is carried out as by the local provider: one reclaim
 per training spot launch, announced by the cloud's lead time.
@@ -85,6 +89,8 @@ class FakeScript:
     crash_after_s: float = 1.0
     hang: frozenset[str] = frozenset()
     reclaim_at_final: frozenset[str] = frozenset()
+    stalls: Mapping[str, float] = field(default_factory=dict)
+    heartbeat_s: float | None = None
 
 
 @dataclass
@@ -106,6 +112,7 @@ class _Launch:
     reclaimed: set[str] = field(default_factory=set)
     armed: bool = False
     terminated: bool = False
+    beats: int = 0  # heartbeats reported
 
     @property
     def dead_at(self) -> float | None:
@@ -255,9 +262,16 @@ class FakeProvider(Provider):
         if state.launch_id in script.exits:
             crash = state.training_at + script.crash_after_s
             until = min(until, crash)
-        step = min(script.total_steps,
-                   state.start_step + math.floor((until - state.training_at) * script.steps_per_s + 1e-9))
-        state.step = max(state.step, step)
+        advancing = until
+        if state.launch_id in script.stalls:
+            advancing = min(until, state.training_at + script.stalls[state.launch_id])
+        state.step = max(state.step, self._step_at(state, advancing))
+        if script.heartbeat_s and state.dead_at is None:
+            beats = math.floor((advancing - state.training_at) / script.heartbeat_s + 1e-9)
+            if beats > state.beats:
+                state.beats = beats
+                at = state.training_at + beats * script.heartbeat_s
+                self._status(state, "running", at=at, step=self._step_at(state, at))
         every = max(1, script.checkpoint_every)
         if state.step // every * every > state.committed:
             self._commit(state, state.step // every * every, "interval", at=until)
@@ -275,7 +289,14 @@ class FakeProvider(Provider):
         if crash is not None and now >= crash:
             state.ended_at, state.exit_code = crash, script.exits[state.launch_id]
             return
+        if advancing < now:
+            return  # hung: a stop or checkpoint request is never read
         self._act_on_request(state, now)
+
+    def _step_at(self, state: _Launch, at: float) -> int:
+        assert state.training_at is not None
+        steps = math.floor((at - state.training_at) * self.script.steps_per_s + 1e-9)
+        return min(self.script.total_steps, state.start_step + steps)
 
     def _inject_chaos(self, state: _Launch) -> None:
         """One chaos reclaim per training spot launch, when the plan has one due."""
@@ -336,12 +357,13 @@ class FakeProvider(Provider):
         state.committed = step
 
     def _status(self, state: _Launch, kind: str, *, at: float, reason: str | None = None,
-                request_id: str | None = None) -> None:
+                request_id: str | None = None, step: int | None = None) -> None:
         assert state.spec is not None
         store = self._store(state.spec)
         contract.write_status(state.spec.env[contract.ENV_RUN_DIR], contract.RunStatus(
-            state=kind, step=state.step, attempt=state.launch_id,  # type: ignore[arg-type]
+            state=kind, step=state.step if step is None else step, attempt=state.launch_id,  # type: ignore[arg-type]
             checkpoint=store.url(state.committed) if state.committed else None, reason=reason,
             world_size=len(state.nodes) * state.spec.nproc_per_node, request_id=request_id, updated_at=at,
+            heartbeat_s=self.script.heartbeat_s,
         ))
 

@@ -37,6 +37,11 @@ Training process -> controller (``status.json`` in the run dir, written by rank 
 
     {"state": "running" | "preempted" | "completed" | "failed", "step": 120, "attempt": "a-3", ...}
 
+While it trains, rank 0 rewrites ``running`` with its step at the first step boundary
+:data:`STATUS_HEARTBEAT_S` after the last write, so a launch killed without a word (a node
+reclaimed, the host gone) still says how far it got, to within a heartbeat, and a report that
+stopped coming says the workers stopped advancing.
+
 ``failed`` means a checkpoint could not be saved (``reason`` says why): the launch stopped
 at the first failed save, and retrying on the same storage would fail the same way.
 
@@ -67,6 +72,8 @@ EXIT_PREEMPTED = 75
 
 STATUS_FILE = "status.json"
 CONTROL_FILE = "control.json"
+STATUS_HEARTBEAT_S = 10.0
+"""Real seconds between rank 0's ``running`` reports while it trains (at step boundaries)."""
 
 ENV_CHECKPOINT_DIR = "DANLU_CHECKPOINT_DIR"
 ENV_RESUME = "DANLU_RESUME"
@@ -206,6 +213,7 @@ class RunStatus:
     request_id: str | None = None
     problems: tuple[str, ...] = ()
     updated_at: float = field(default_factory=time.time)
+    heartbeat_s: float | None = None  # while "running": the writer reports again within this (real s)
 
 
 def write_status(run_dir: str | os.PathLike[str], status: RunStatus) -> None:

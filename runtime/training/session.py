@@ -188,6 +188,7 @@ class Session:
         self._last_save_time = time.monotonic()
         self._saved_this_launch = False
         self._save_error: str | None = None
+        self._status_checkpoint: str | None = None
         if ctx.rank == 0:
             self._write_status("running", reason=None)
             self._tracking = _open_tracking(self.run_dir, self.resumed_from)
@@ -367,6 +368,8 @@ class Session:
         self.loss = agreed.loss
         if self._tracking is not None:
             self._tracking.on_step(self.global_step, self.loss)
+        if self._ctx.rank == 0 and time.monotonic() - self._status_at >= contract.STATUS_HEARTBEAT_S:
+            self._write_status("running", reason=None, look_up=False)
         if agreed.save_failed:
             # Every later save would fail the same way (read-only, full, a path too long):
             # training on would only lose the work at the end.
@@ -514,19 +517,26 @@ class Session:
             else:
                 self.extras[name] = value
 
-    def _write_status(self, state: contract.RunState, *, reason: str | None, request_id: str | None = None) -> None:
-        committed = self.store.latest_step()
+    def _write_status(self, state: contract.RunState, *, reason: str | None, request_id: str | None = None,
+                      look_up: bool = True) -> None:
+        """``look_up=False`` (a heartbeat) reports the checkpoint the last status named: listing an
+        object store every few seconds from the training loop would cost more than it tells."""
+        if look_up:
+            committed = self.store.latest_step()
+            self._status_checkpoint = self.store.url(committed) if committed is not None else None
+        self._status_at = time.monotonic()
         contract.write_status(
             self.run_dir,
             contract.RunStatus(
                 state=state,
                 step=self.global_step,
                 attempt=self._attempt,
-                checkpoint=self.store.url(committed) if committed is not None else None,
+                checkpoint=self._status_checkpoint,
                 reason=reason,
                 world_size=self.world_size,
                 request_id=request_id,
                 problems=self.resume_problems,
+                heartbeat_s=contract.STATUS_HEARTBEAT_S,
             ),
         )
 

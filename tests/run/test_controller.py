@@ -93,6 +93,31 @@ def test_the_steps_lost_to_a_reclaim_never_count_past_the_jobs_last_step(tmp_pat
     assert end["reached_step"] <= 300 and 0 <= summary["lost_steps"] <= 300 - 250
 
 
+def test_workers_that_hung_before_a_silent_reclaim_are_not_counted_as_training_on(tmp_path: Path) -> None:
+    # The workers report their step every 0.5 s (the session does every 10 s), hang 1.2 s into
+    # training at step 61 (the checkpoint at 50 kept), and the node goes without a notice at 10 s.
+    # Counting the 10 s at the table's speed would say the launch reached the job's end (250 lost).
+    run = start_run(tmp_path, script(heartbeat_s=0.5, stalls={"l-1": 1.2},
+                                     reclaims=(Reclaim("l-1", after_s=10.0, notice=False),)))
+    summary = run.run()
+    assert summary["status"] == "completed" and summary["steps"] == 300
+    end = run.events("launch_end")[0]
+    assert end["outcome"] == "preempted" and end["committed_step"] == 50
+    hung_at = int(1.2 * SPEED * SCALE)  # 61: the steps really lost are 11
+    # The last report (1.0 s, step 51) plus at most a heartbeat and a step at the table's speed.
+    assert hung_at <= end["reached_step"] <= 51 + int(0.5 * SPEED * SCALE) + 1
+    assert summary["lost_steps"] == end["lost_steps"] == end["reached_step"] - 50
+
+
+def test_the_last_heartbeat_places_a_silent_reclaim_to_within_a_heartbeat(tmp_path: Path) -> None:
+    run = start_run(tmp_path, script(heartbeat_s=0.5, reclaims=(Reclaim("l-1", after_s=2.5, notice=False),)))
+    summary = run.run()
+    assert summary["status"] == "completed"
+    end = run.events("launch_end")[0]
+    reached = int(2.5 * SPEED * SCALE)  # 127 when the node went
+    assert abs(end["reached_step"] - reached) <= int(0.5 * SPEED * SCALE) + 1
+
+
 def test_a_crash_is_retried_on_the_same_pool(tmp_path: Path) -> None:
     run = start_run(tmp_path, script(exits={"l-1": 3}), max_restarts=1)
     summary = run.run()

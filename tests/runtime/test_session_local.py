@@ -176,3 +176,20 @@ def test_step_must_follow_each_batch(tmp_path: Path) -> None:
         with session.Session(model, optimizer, dataset=DATA, global_batch=8, max_steps=3,
                              checkpoint_dir=str(tmp_path / "2"), environ={}) as s:
             s.step(torch.zeros((), requires_grad=True))
+
+
+@pytest.mark.parametrize("heartbeat_s", [1e-9, 3600.0], ids=["every-boundary", "not-yet-due"])
+def test_rank_0_reports_its_step_while_it_trains(tmp_path: Path, monkeypatch, heartbeat_s: float) -> None:
+    monkeypatch.setattr(contract, "STATUS_HEARTBEAT_S", heartbeat_s)
+    seen = []
+
+    def look(s: session.Session) -> None:
+        status = contract.read_status(tmp_path / "ckpt")
+        seen.append((s.global_step, status.state, status.step, status.heartbeat_s))
+
+    _train(tmp_path / "ckpt", steps=6, on_step=look)
+    if heartbeat_s < 1:  # each step boundary is past the interval: the step is reported as it is reached
+        assert seen == [(n, "running", n, heartbeat_s) for n in range(1, 7)]
+    else:  # only the report at the start, until a heartbeat is due
+        assert seen == [(n, "running", 0, heartbeat_s) for n in range(1, 7)]
+    assert contract.read_status(tmp_path / "ckpt").state == "completed"
