@@ -1,12 +1,10 @@
-"""The trackers' threads: training hands records over and never waits for a tracker.
+"""The trackers' thread: training hands records over and never waits for a tracker.
 
-Each backend has its own daemon thread, fed through its own bounded queue, and every
-call it gets is made from that thread: a tracker that is slow to open (MLflow's store
-start-up, W&B's login) or to take records holds up neither the training nor the other
-trackers. A backend that raises -- at open (not installed, a store it cannot reach) or
-later -- is reported once, with what to do, and left out from then on; the others and the
-training go on. When a backend's queue is full (a tracker slower than the training) its
-records are dropped, counted, and that is reported once for that tracker.
+Every call a backend gets is made from one background thread, fed through a bounded
+queue. A backend that raises -- at open (not installed, a store it cannot reach) or later
+-- is reported once, with what to do, and left out from then on; the others and the
+training go on. When the queue is full (a tracker slower than the training) records are
+dropped, counted, and that is reported once too.
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ import logging
 import queue
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,31 +31,8 @@ def _stderr(message: str) -> None:
     print(f"danlu tracking: {message}", file=sys.stderr, flush=True)
 
 
-class _Feed:
-    """One backend, its queue and the thread that makes every call it gets."""
-
-    def __init__(self, backend: Backend, hub: TrackerHub, max_queue: int):
-        self.backend = backend
-        self.queue: queue.Queue[Any] = queue.Queue(max_queue)
-        self.dropped = 0
-        self.thread = threading.Thread(target=self._run, args=(hub,), name=f"danlu-tracking-{backend.name}",
-                                       daemon=True)
-
-    def _run(self, hub: TrackerHub) -> None:
-        live = hub._guard(self.backend, "open", resumed_step=hub._resumed_step)
-        while True:
-            item = self.queue.get()
-            if item is _STOP:
-                break
-            method, *args = item
-            if live and hasattr(self.backend, method):
-                live = hub._guard(self.backend, method, *args)
-        if live:
-            hub._guard(self.backend, "close")
-
-
 class TrackerHub:
-    """Feeds each of ``backends`` from its own daemon thread; see the module docstring."""
+    """Feeds ``backends`` from a daemon thread; see the module docstring."""
 
     def __init__(self, backends: list[Backend], *, resumed_step: int | None = None, max_queue: int = 10_000,
                  report: Callable[[str], None] = _stderr):
@@ -66,10 +40,11 @@ class TrackerHub:
         self.problems: list[str] = []
         self._report = report
         self._resumed_step = resumed_step
+        self._queue: queue.Queue[Any] = queue.Queue(max_queue)
+        self._dropped = 0
         self._lock = threading.Lock()
-        self._feeds = [_Feed(b, self, max_queue) for b in self.backends]
-        for feed in self._feeds:
-            feed.thread.start()
+        self._thread = threading.Thread(target=self._run, name="danlu-tracking", daemon=True)
+        self._thread.start()
 
     # -- the training side ------------------------------------------------------------------
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
@@ -86,35 +61,38 @@ class TrackerHub:
         self._put((method, *args))
 
     def close(self, timeout_s: float = 30.0) -> bool:
-        """Deliver what is queued and close every backend, all within ``timeout_s`` together;
-        True when all got out."""
-        deadline = time.monotonic() + timeout_s
-        for feed in self._feeds:
-            try:
-                feed.queue.put(_STOP, timeout=max(deadline - time.monotonic(), 0.0))
-            except queue.Full:
-                pass
-        stuck = []
-        for feed in self._feeds:
-            feed.thread.join(max(deadline - time.monotonic(), 0.0))
-            if feed.thread.is_alive():
-                stuck.append(feed.backend.name)
-        if stuck:
-            self._problem(f"gave up on {', '.join(stuck)} after {timeout_s:g} s with records still queued; "
-                          "training was not held up")
+        """Deliver what is queued (at most ``timeout_s``), close every backend; True when all got out."""
+        try:
+            self._queue.put(_STOP, timeout=timeout_s)
+        except queue.Full:
+            pass
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            self._problem(f"gave up after {timeout_s:g} s with records still queued; training was not held up")
             return False
         return True
 
     def _put(self, item: tuple[Any, ...]) -> None:
-        for feed in self._feeds:
-            try:
-                feed.queue.put_nowait(item)
-            except queue.Full:
-                with self._lock:
-                    feed.dropped += 1
-                    first = feed.dropped == 1
-                if first:
-                    self._problem(f"{feed.backend.name} falls behind the training; its records are being dropped")
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            with self._lock:
+                self._dropped += 1
+                first = self._dropped == 1
+            if first:
+                self._problem("the trackers fall behind the training; records are being dropped")
+
+    # -- the thread ---------------------------------------------------------------------------
+    def _run(self) -> None:
+        live = [b for b in self.backends if self._guard(b, "open", resumed_step=self._resumed_step)]
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                break
+            method, *args = item
+            live = [b for b in live if not hasattr(b, method) or self._guard(b, method, *args)]
+        for backend in live:
+            self._guard(backend, "close")
 
     def _guard(self, backend: Backend, method: str, *args: Any, **kwargs: Any) -> bool:
         try:
@@ -127,8 +105,7 @@ class TrackerHub:
             return False
 
     def _problem(self, message: str) -> None:
-        with self._lock:
-            self.problems.append(message)
+        self.problems.append(message)
         try:
             self._report(message)
         except Exception:  # noqa: BLE001 -- a report that cannot be printed must not take the thread down
