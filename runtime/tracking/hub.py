@@ -1,10 +1,15 @@
-"""The trackers' thread: training hands records over and never waits for a tracker.
+"""The trackers' threads: training hands records over and never waits for a tracker.
 
-Every call a backend gets is made from one background thread, fed through a bounded
-queue. A backend that raises -- at open (not installed, a store it cannot reach) or later
--- is reported once, with what to do, and left out from then on; the others and the
-training go on. When the queue is full (a tracker slower than the training) records are
-dropped, counted, and that is reported once too.
+Each backend has its own daemon thread, fed through its own bounded queue, and every
+call it gets is made from that thread: a tracker that is slow to take records, or hung in
+a call, holds up neither the training nor the other trackers. The backends are opened one
+after another, in order: two heavy imports (MLflow's, W&B's) in parallel threads fight for
+the GIL on every file they read and, on a loaded machine, both finish far later than one
+after the other. A backend still opening after ``open_grace_s`` no longer holds up the next.
+A backend that raises -- at open (not installed, a store it cannot reach) or later -- is
+reported once, with what to do, and left out from then on; the others and the training go
+on. When a backend's queue is full (a tracker slower than the training) its records are
+dropped, counted, and that is reported once for that tracker.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import logging
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,20 +37,55 @@ def _stderr(message: str) -> None:
     print(f"danlu tracking: {message}", file=sys.stderr, flush=True)
 
 
+class _Feed:
+    """One backend, its queue and the thread that makes every call it gets."""
+
+    def __init__(self, backend: Backend, hub: TrackerHub, max_queue: int, previous: _Feed | None):
+        self.backend = backend
+        self.queue: queue.Queue[Any] = queue.Queue(max_queue)
+        self.dropped = 0
+        self.opening = threading.Event()
+        self.opened = threading.Event()
+        self._previous = previous
+        self.thread = threading.Thread(target=self._run, args=(hub,), name=f"danlu-tracking-{backend.name}",
+                                       daemon=True)
+
+    def _run(self, hub: TrackerHub) -> None:
+        if self._previous is not None:  # its turn: the one before has opened, or overrun its grace
+            self._previous.opening.wait()
+            self._previous.opened.wait(hub.open_grace_s)
+        self.opening.set()
+        try:
+            live = hub._guard(self.backend, "open", resumed_step=hub._resumed_step)
+        finally:
+            self.opened.set()
+        while True:
+            item = self.queue.get()
+            if item is _STOP:
+                break
+            method, *args = item
+            if live and hasattr(self.backend, method):
+                live = hub._guard(self.backend, method, *args)
+        if live:
+            hub._guard(self.backend, "close")
+
+
 class TrackerHub:
-    """Feeds ``backends`` from a daemon thread; see the module docstring."""
+    """Feeds each of ``backends`` from its own daemon thread; see the module docstring."""
 
     def __init__(self, backends: list[Backend], *, resumed_step: int | None = None, max_queue: int = 10_000,
-                 report: Callable[[str], None] = _stderr):
+                 open_grace_s: float = 60.0, report: Callable[[str], None] = _stderr):
         self.backends = list(backends)
         self.problems: list[str] = []
         self._report = report
         self._resumed_step = resumed_step
-        self._queue: queue.Queue[Any] = queue.Queue(max_queue)
-        self._dropped = 0
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="danlu-tracking", daemon=True)
-        self._thread.start()
+        self.open_grace_s = open_grace_s
+        self._feeds: list[_Feed] = []
+        for backend in self.backends:
+            self._feeds.append(_Feed(backend, self, max_queue, self._feeds[-1] if self._feeds else None))
+        for feed in self._feeds:
+            feed.thread.start()
 
     # -- the training side ------------------------------------------------------------------
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
@@ -61,38 +102,35 @@ class TrackerHub:
         self._put((method, *args))
 
     def close(self, timeout_s: float = 30.0) -> bool:
-        """Deliver what is queued (at most ``timeout_s``), close every backend; True when all got out."""
-        try:
-            self._queue.put(_STOP, timeout=timeout_s)
-        except queue.Full:
-            pass
-        self._thread.join(timeout_s)
-        if self._thread.is_alive():
-            self._problem(f"gave up after {timeout_s:g} s with records still queued; training was not held up")
+        """Deliver what is queued and close every backend, all within ``timeout_s`` together;
+        True when all got out."""
+        deadline = time.monotonic() + timeout_s
+        for feed in self._feeds:
+            try:
+                feed.queue.put(_STOP, timeout=max(deadline - time.monotonic(), 0.0))
+            except queue.Full:
+                pass
+        stuck = []
+        for feed in self._feeds:
+            feed.thread.join(max(deadline - time.monotonic(), 0.0))
+            if feed.thread.is_alive():
+                stuck.append(feed.backend.name)
+        if stuck:
+            self._problem(f"gave up on {', '.join(stuck)} after {timeout_s:g} s with records still queued; "
+                          "training was not held up")
             return False
         return True
 
     def _put(self, item: tuple[Any, ...]) -> None:
-        try:
-            self._queue.put_nowait(item)
-        except queue.Full:
-            with self._lock:
-                self._dropped += 1
-                first = self._dropped == 1
-            if first:
-                self._problem("the trackers fall behind the training; records are being dropped")
-
-    # -- the thread ---------------------------------------------------------------------------
-    def _run(self) -> None:
-        live = [b for b in self.backends if self._guard(b, "open", resumed_step=self._resumed_step)]
-        while True:
-            item = self._queue.get()
-            if item is _STOP:
-                break
-            method, *args = item
-            live = [b for b in live if not hasattr(b, method) or self._guard(b, method, *args)]
-        for backend in live:
-            self._guard(backend, "close")
+        for feed in self._feeds:
+            try:
+                feed.queue.put_nowait(item)
+            except queue.Full:
+                with self._lock:
+                    feed.dropped += 1
+                    first = feed.dropped == 1
+                if first:
+                    self._problem(f"{feed.backend.name} falls behind the training; its records are being dropped")
 
     def _guard(self, backend: Backend, method: str, *args: Any, **kwargs: Any) -> bool:
         try:
@@ -105,7 +143,8 @@ class TrackerHub:
             return False
 
     def _problem(self, message: str) -> None:
-        self.problems.append(message)
+        with self._lock:
+            self.problems.append(message)
         try:
             self._report(message)
         except Exception:  # noqa: BLE001 -- a report that cannot be printed must not take the thread down

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -97,9 +98,91 @@ def test_a_tracker_slower_than_training_never_holds_it_up() -> None:
     hub = TrackerHub([Stuck()], max_queue=5, report=reports.append)
     for step in range(100):  # returns at once although the tracker takes nothing
         hub.log_metrics(step, {"loss": 0.0})
-    assert reports == ["the trackers fall behind the training; records are being dropped"]
+    assert reports == ["stuck falls behind the training; its records are being dropped"]
     release.set()
     assert hub.close(timeout_s=60)
+
+
+def test_trackers_open_one_after_another() -> None:
+    # Two heavy imports in parallel threads are much slower on a loaded machine than in turn.
+    opening = threading.Lock()
+    overlaps: list[str] = []
+
+    class Exclusive(Recorder):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+
+        def open(self, *, resumed_step):
+            if not opening.acquire(blocking=False):
+                overlaps.append(self.name)
+                return
+            try:
+                time.sleep(0.3)  # an import
+                super().open(resumed_step=resumed_step)
+            finally:
+                opening.release()
+
+    backends = [Exclusive(f"t{i}") for i in range(3)]
+    hub = TrackerHub(backends, report=pytest.fail)
+    hub.log_metrics(1, {"loss": 1.0})
+    assert hub.close(timeout_s=60)
+    assert overlaps == []
+    assert all(b.calls == [("open", None), ("metrics", 1, {"loss": 1.0})] for b in backends)
+
+
+def test_a_tracker_slow_to_open_holds_up_no_other_tracker() -> None:
+    release = threading.Event()
+
+    class SlowToOpen(Recorder):
+        name = "slow"
+
+        def open(self, *, resumed_step):
+            release.wait(120)  # MLflow starting its store, W&B logging in
+            super().open(resumed_step=resumed_step)
+
+    class Waited(Recorder):
+        name = "waited"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.got_last = threading.Event()
+
+        def log_metrics(self, step, metrics):
+            super().log_metrics(step, metrics)
+            if step == 20:
+                self.got_last.set()
+
+    slow, fast = SlowToOpen(), Waited()
+    hub = TrackerHub([slow, fast], open_grace_s=0.5, report=pytest.fail)
+    for step in range(1, 21):
+        hub.log_metrics(step, {"loss": 1.0 / step})
+    assert fast.got_last.wait(60), "the other tracker's records wait for the slow one's open"
+    assert slow.calls == [], "the slow tracker is still opening"
+    release.set()
+    assert hub.close(timeout_s=60)
+    for backend in (slow, fast):  # both get everything, in order, and are closed
+        assert [c[1] for c in backend.calls if c[0] == "metrics"] == list(range(1, 21))
+        assert backend.closed.is_set()
+
+
+def test_close_gives_up_on_a_hung_tracker_and_names_it() -> None:
+    release = threading.Event()
+
+    class Hung(Recorder):
+        name = "hung"
+
+        def log_metrics(self, step, metrics):
+            release.wait(120)
+
+    reports: list[str] = []
+    good = Recorder()
+    hub = TrackerHub([Hung(), good], report=reports.append)
+    hub.log_metrics(1, {"loss": 1.0})
+    assert not hub.close(timeout_s=1)
+    assert reports == ["gave up on hung after 1 s with records still queued; training was not held up"]
+    assert good.closed.is_set(), "the healthy tracker was delivered and closed all the same"
+    release.set()
 
 
 def test_danlus_figures_go_beside_the_users_metrics_at_the_same_step(tmp_path) -> None:
