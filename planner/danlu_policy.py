@@ -9,14 +9,13 @@ where it is not.  ``danlu`` measures the pool instead of assuming:
 * **What it learns.**  From the pools it has seen (:mod:`planner.policy_memory`): the
   mean run ``U`` and outage ``V`` of spot availability (exponential MLEs, the open run
   censored, one prior pseudo-run each: ``1 / interruption rate`` where the planner knows
-  the pool's rate, as ``planner run`` does), over the union of the pools it may use.  The
-  share of the time left that spot can do work is ``kappa = U/(U+V) * max(0, 1 -
-  d/U)``: available that often, minus a launch per run.
-* **Idle or on-demand, when no spot is up.**  Finishing on spot alone needs ``W/kappa``
-  of the time left ``R`` for the work left ``W``, so it waits (free) while the slack
-  ``R - W`` exceeds ``slack_weight * W * (1 - kappa) / kappa`` plus ``reserve``
-  launches, and runs on-demand below that.  ``slack_weight = 1`` is the expected
-  need; more is caution.
+  the pool's rate, as ``planner run`` does), over the union of the pools it may use.
+* **Idle or on-demand, when no spot is up.**  It waits (free) while the slack ``R - W``
+  (time left less work left) exceeds the slack it keeps, and runs on-demand below it.  It
+  keeps enough for the launches still to come -- two per spot run, ``cycle_weight * 2d *
+  R / (U + V)``, plus ``reserve`` spare ones -- and, the scarcer spot has been, up to
+  Uniform Progress's slack ``R * (D - C) / D``: all of it at availability ``U/(U+V)`` of
+  ``scarce`` or less, none at ``plenty`` or more, linearly between.
 * **Back from on-demand to spot** as soon as spot is up and its runs are long enough
   to pay for two launches (the one now and the one back to on-demand): ``U >=
   exit_run`` launches.  Greedy never comes back; UP waits until ``2d`` ahead of its line.
