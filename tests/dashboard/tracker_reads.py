@@ -28,6 +28,8 @@ def holds(tracking: Path, key: str, step: int, *, experiment: str) -> bool:
     runs = client.search_runs([found.experiment_id], filter_string=f"tags.`danlu.run` = '{key}'") if found else []
     if not any(m.step == step for r in runs for m in client.get_metric_history(r.info.run_id, METRIC)):
         return False
+    if not (tracking / "tb" / key).is_dir():  # TensorBoard opens in its own thread, maybe after MLflow logged
+        return False
     events = EventAccumulator(str(tracking / "tb" / key))
     events.Reload()
     if METRIC not in events.Tags()["scalars"] or step not in {e.step for e in events.Scalars(METRIC)}:
