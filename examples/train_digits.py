@@ -74,6 +74,11 @@ def main() -> None:
         "--checkpoint-dir", default="runs/digits/ckpt", help="used when DANLU_CHECKPOINT_DIR is not set"
     )
     parser.add_argument("--log-every", type=int, default=50)
+    parser.add_argument(
+        "--min-step-seconds", type=float, default=0.0,
+        help="take at least this many wall seconds per optimizer step, as a larger model would (to watch a "
+        "preemption and its resume on a laptop, where this model does hundreds of steps a second); default 0",
+    )
     args = parser.parse_args()
     if torch.get_num_threads() > 1 and not torch.cuda.is_available():
         torch.set_num_threads(1)  # several ranks share the cores; see docs/runtime.md
@@ -98,10 +103,15 @@ def main() -> None:
     ) as s:
         if s.rank == 0 and s.resumed_from is not None:
             print(f"resumed from step {s.resumed_from}", flush=True)
+        last_step = time.monotonic()
         for images, labels in s.batches():
             with s.autocast():
                 loss = nn.functional.cross_entropy(s.model(images), labels)
-            if s.step(loss) and s.global_step % args.log_every == 0:
+            stepped = s.step(loss)
+            if stepped and args.min_step_seconds > 0:
+                time.sleep(max(0.0, last_step + args.min_step_seconds - time.monotonic()))
+                last_step = time.monotonic()
+            if stepped and s.global_step % args.log_every == 0:
                 s.log({"lr": scheduler.get_last_lr()[0]})  # to the job's [tracking], beside danlu's spend
                 if s.rank == 0:
                     print(f"step {s.global_step:5d}  loss {s.loss:.4f}", flush=True)

@@ -87,8 +87,9 @@ gpu_hour_usd = {price}
 """
 
 
-def digits_entrypoint(steps: int) -> list[str]:
-    return [sys.executable, str(DIGITS), "--steps", str(steps), "--log-every", "100"]
+def digits_entrypoint(steps: int, *, min_step_seconds: float = 0.0) -> list[str]:
+    paced = ["--min-step-seconds", f"{min_step_seconds:g}"] if min_step_seconds else []
+    return [sys.executable, str(DIGITS), "--steps", str(steps), "--log-every", "100", *paced]
 
 
 def processes_of(marker: str) -> list[int]:

@@ -33,11 +33,15 @@ STEPS = 300
 # clock: at 10 (3 s) a preemption save queued behind an interval save missed the lead when the
 # suite ran beside two busy loops, which says nothing about the run path.
 TIME_SCALE = "2"
+# Idle, the digits model does ~300 steps a wall second, and a notice takes up to a poll interval
+# (5 s for AWS's 60 s lead at this scale) to be seen: unpaced, the run ended before its third
+# notice. Paced, 300 steps take at least 15 s and each notice costs at most ~100 of them.
+MIN_STEP_SECONDS = 0.05
 
 
 def _run(tmp: Path, *extra: str) -> tuple[int, dict, list[dict]]:
     catalog = write_catalog(tmp / "catalog.csv")
-    job = write_job(tmp / "job.toml", entrypoint=digits_entrypoint(STEPS), steps=STEPS)
+    job = write_job(tmp / "job.toml", entrypoint=digits_entrypoint(STEPS, min_step_seconds=MIN_STEP_SECONDS), steps=STEPS)
     run_dir = tmp / "run"
     rc = main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(run_dir), "--time-scale", TIME_SCALE,
                "--cooldown", "240", *extra])
