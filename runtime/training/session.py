@@ -403,7 +403,8 @@ class Session:
         interval = self._estimator.interval_s
         if interval is None:
             # C is unknown: an early checkpoint measures it (and proves the storage works). A
-            # resumed launch must take one too, or it never learns C and never saves on schedule.
+            # resumed launch with no interval save on record must take one too, or it never
+            # learns C and never saves on schedule.
             return not self._saved_this_launch and self.global_step != self._last_save_step
         return time.monotonic() - self._last_save_time >= interval
 
@@ -473,13 +474,16 @@ class Session:
                 selection = self.store.select(self._resume)
                 for step, why in selection.discard:
                     self.store.discard(step, why)
-                decision[0] = ("ok", selection.step, selection.problems)
+                decision[0] = ("ok", selection.step, selection.problems, self._save_cost_on_record(selection.step))
             except CheckpointError as exc:
-                decision[0] = ("error", str(exc), ())
+                decision[0] = ("error", str(exc), (), None)
         dist.broadcast_object_list(decision, src=0, group=self._ctx.control_group)
-        verdict, value, problems = decision[0]
+        verdict, value, problems, cost = decision[0]
         if verdict == "error":
             raise CheckpointError(value)
+        if cost is not None and self._estimator is not None:
+            # Every rank the same estimate: each votes on whether a save is due.
+            self._estimator.observe(stall_s=cost[0], write_s=cost[1])
         self.resume_problems = tuple(problems)
         for problem in problems:
             log.warning("resume: %s", problem)
@@ -501,6 +505,24 @@ class Session:
         previous = contract.read_status(self.run_dir) if self.rank == 0 else None
         ids = [manifest.request_id, previous.request_id if previous is not None else None]
         return tuple(i for i in ids if i)
+
+    def _save_cost_on_record(self, resumed_step: int | None) -> tuple[float, float] | None:
+        """(stall_s, write_s) of the newest interval or requested save the run has committed.
+
+        A resumed launch that learns C this way keeps its first save on schedule; without it
+        the launch saves one step after resuming, and a preemption notice that comes in the
+        first seconds (the usual case right after a re-plan onto spot) queues its stop save
+        behind that write. Only saves taken while training count: a stop's save blocks
+        training for the whole write, which is not what an interval save costs.
+        """
+        if resumed_step is None or self._estimator is None or self._estimator.cost_s is not None:
+            return None
+        manifest = self.store.newest_manifest(up_to=resumed_step, reasons=("interval", "request"))
+        if manifest is None or not manifest.write_s > 0:
+            return None
+        log.info("checkpoint cost from step %d: %.3fs stall, %.3fs write", manifest.step, manifest.stall_s,
+                 manifest.write_s)
+        return manifest.stall_s, manifest.write_s
 
     def _restore(self, tree: dict[str, Any]) -> None:
         set_state_dict(self.model, self.optimizer, model_state_dict=tree["model"], optim_state_dict=tree["optim"])

@@ -28,6 +28,7 @@ import hashlib
 import json
 import posixpath
 import time
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -165,6 +166,19 @@ class CheckpointStore:
             raise CheckpointError(f"{self.url(step)} is not committed (no {MANIFEST_FILE}).") from exc
         except (ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:
             raise CheckpointError(f"{self.url(step)}/{MANIFEST_FILE} is unreadable: {exc}") from exc
+
+    def newest_manifest(self, *, up_to: int, reasons: Collection[str]) -> Manifest | None:
+        """The newest readable manifest at or before step ``up_to`` saved for one of ``reasons``."""
+        for step in reversed(self.committed_steps()):
+            if step > up_to:
+                continue
+            try:
+                manifest = self.read_manifest(step)
+            except CheckpointError:
+                continue
+            if manifest.reason in reasons:
+                return manifest
+        return None
 
     def digest_files(self, step: int) -> dict[str, FileRecord]:
         """Size and BLAKE2b digest of every file in ``step-N/`` except the manifest."""

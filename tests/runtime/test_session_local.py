@@ -13,6 +13,7 @@ from torch import nn
 
 from runtime.errors import SessionConfigError
 from runtime.training import contract, session
+from runtime.training.interval import IntervalEstimator
 from runtime.training.preemption import Preempted
 from runtime.training.store import CheckpointStore
 
@@ -129,14 +130,38 @@ def test_young_daly_interval_checkpoints_early_to_measure_the_cost(tmp_path: Pat
 
 def test_a_resumed_launch_checkpoints_on_schedule_too(tmp_path: Path) -> None:
     # A launch that starts from a checkpoint used to wait for a cost it never measured and
-    # so never saved again: a second failure lost everything since the resume.
+    # so never saved again: a second failure lost everything since the resume. With no save
+    # taken while training on record (only the stop's, which blocks), it measures C itself.
     env = {"DANLU_CHECKPOINT_EVERY_STEPS": "", "DANLU_MTBF_S": "7200"}
     with pytest.raises(Preempted):
-        _train(tmp_path, env=env, on_step=_stop_at(5))
+        _train(tmp_path, env={**env, "DANLU_CHECKPOINT_COST_S": "600"}, on_step=_stop_at(5))
+    store = CheckpointStore(str(tmp_path))
+    assert store.committed_steps() == [6] and store.read_manifest(6).reason == "preempt"
     _, s = _train(tmp_path, env=env)
     assert s.resumed_from == 6
     assert [r.step for r in s.checkpoints] == [7, 12]
     assert s.interval_s is not None and s.interval_s > 0
+
+
+def test_a_resumed_launch_takes_the_cost_from_the_saves_on_record(tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    # Its measuring save one step after the resume was still being written when a notice came
+    # in the launch's first seconds, and the stop's save queued behind it.
+    env = {"DANLU_CHECKPOINT_EVERY_STEPS": "", "DANLU_MTBF_S": "7200"}
+    with pytest.raises(Preempted):
+        _train(tmp_path, env=env, on_step=_stop_at(5))
+    store = CheckpointStore(str(tmp_path))
+    measured = store.read_manifest(1)
+    assert store.committed_steps() == [1, 6] and measured.reason == "interval" and measured.write_s > 0
+    caplog.set_level("INFO", logger="runtime.training.session")
+    _, s = _train(tmp_path, env=env)
+    assert s.resumed_from == 6
+    assert [r.step for r in s.checkpoints] == [12]  # no save at 7: C is known, the interval has not passed
+    assert "checkpoint cost from step 1" in caplog.text
+    expected = IntervalEstimator(7200.0)
+    expected.observe(stall_s=measured.stall_s, write_s=measured.write_s)
+    expected.observe(stall_s=s.checkpoints[-1].stall_s, write_s=s.checkpoints[-1].write_s)
+    assert s.interval_s == pytest.approx(expected.interval_s, rel=1e-12)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
