@@ -515,9 +515,27 @@ class Controller:
         """Why the launch's phase is over now, or None."""
         if phase_end_at is not None and self.clock.now() >= phase_end_at[0]:
             return phase_end_at[1]
-        if self._held_taken is not None and self.held is not None and self.held.over(record.pool):
-            return "the queue's reservation window closed"  # its clock, not this run's: asked at every poll
+        if self._held_taken is not None and self.held is not None:
+            if self.held.over(record.pool):
+                return "the queue's reservation window closed"  # its clock, not this run's: asked at every poll
+            return self._yield_held(record)
         return None
+
+    def _yield_held(self, record: LaunchRecord) -> str | None:
+        """Why this launch should give its held nodes to a job of the queue that waits for them, or None
+        (runtime.control.held: the job with less work left moves off)."""
+        assert self.held is not None
+        if not self.held.others_wait(self.job.name, record.pool):
+            return None
+        fc = self._forecast()
+        if fc is None:
+            return None
+        waiter = self.held.must_yield(self.job.name, record.pool, record.nodes, remaining_h=fc.remaining_hours,
+                                      restart_h=self.job.overheads.restart_minutes / 60)
+        if waiter is None:
+            return None
+        return (f"job {waiter!r} of the queue waits for the held nodes and cannot wait the "
+                f"{fc.remaining_hours:.2f} h this launch has left on them")
 
     def _deadline_missed(self, result: ReplanResult) -> bool:
         """Log and alert a plan that can only finish late; True when the job says to stop instead."""
@@ -556,27 +574,39 @@ class Controller:
 
     def _take_held(self, pool: Pool, count: int, launch_id: str) -> bool:
         """Take ``count`` of the queue's held nodes of ``pool``, waiting for another job to release them
-        while the deadline leaves the time to run the plan after the wait; False when it does not, and
+        while the deadline leaves the time to run the plan after the wait (first in line: the allotment
+        knows it waits, so a holder with less work left can move off for it); False when it does not, and
         at once when the queue does not hold that many now (a plan made before its window closed, such as
         the schedule's plan of a job resumed late): no job's release would free them."""
         assert self.held is not None
-        waited = False
-        while not self.held.try_take(pool, count):
-            if self.held.held_now(pool) < count:
-                return False
-            if not waited:
-                self.events.emit("held_wait", launch=launch_id, pool=pool.label(count), free=self.held.free(pool))
-                waited = True
-            hours = float((self.state.plan or {}).get("expected_hours") or 0.0)
-            if self.deadline_at is not None and self.clock.now() + hours * 3600 >= self.deadline_at:
-                return False
-            self.clock.sleep(self.tuning.poll_s)
+        name, since = self.job.name, None
+        hours = float((self.state.plan or {}).get("expected_hours") or 0.0)
+        try:
+            while not self.held.try_take(pool, count, name):
+                if self.held.held_now(pool) < count:
+                    return False
+                now = self.clock.now()
+                slack_h = math.inf if self.deadline_at is None else (self.deadline_at - now) / 3600 - hours
+                self.held.wait(name, pool, count, slack_h=slack_h, hours=hours)
+                if since is None:
+                    self.events.emit("held_wait", launch=launch_id, pool=pool.label(count),
+                                     free=self.held.free(pool))
+                    since = now
+                # Out of time, but a holder told to move off is on its way to a checkpoint: wait for it
+                # while that costs less than a restart elsewhere would.  Two polls first, so that a
+                # holder has seen this job waiting.
+                moving = self.held.yield_pending(pool) and -slack_h < self.job.overheads.restart_minutes / 60
+                if slack_h <= 0 and not moving and now - since >= 2 * self.tuning.poll_s * self.clock.scale:
+                    return False
+                self.clock.sleep(self.tuning.poll_s)
+        finally:
+            self.held.done_waiting(name)
         self._held_taken = (pool, count)
         return True
 
     def _give_back_held(self) -> None:
         if self._held_taken is not None and self.held is not None:
-            self.held.give_back(*self._held_taken)
+            self.held.give_back(*self._held_taken, self.job.name)
             self._held_taken = None
 
     def _provision_and_follow(self, pool: Pool, count: int, launch_id: str, start_step: int) -> _LaunchEnd:

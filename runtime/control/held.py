@@ -17,6 +17,13 @@ before it provisions them and gives them back when it releases them:
   re-plans on what is free then: past its window the team no longer has the node (a capacity
   block's instances are terminated; a reserved instance is billed on demand), so a $0 hour
   there would be a lie in the ledger.
+* A job that waits says so (:meth:`HeldAllotment.wait`), in order of arrival: the nodes it waits
+  for are not free to the jobs behind it, nor to the re-plans of the others.  When it cannot wait
+  for the holder to finish (its deadline leaves less than the holder's remaining hours), the one
+  with less work left moves off: :meth:`HeldAllotment.must_yield` tells the holder to stop at a
+  checkpoint and re-plan elsewhere when its remaining node-hours (and a restart) are fewer than
+  the waiter's.  The schedule counted on the nodes being the waiter's by now; moving the job with
+  the smaller remainder to paid capacity is the cheaper of the two ways to keep both deadlines.
 * The allotment is per process and thread-safe; a run outside a queue has none and uses its held
   nodes as its job says.
 """
@@ -49,6 +56,18 @@ class Window:
     end_h: float = math.inf
 
 
+@dataclass(slots=True)
+class Waiter:
+    """A job waiting for ``nodes`` of a reservation: it must have them by ``latest_h`` (queue hours) to
+    finish in time, and its plan runs ``hours`` on them."""
+
+    job: str
+    key: Key
+    nodes: int
+    latest_h: float
+    hours: float
+
+
 class HeldAllotment:
     """The held nodes of one queue, taken and given back by its controllers (thread-safe).
 
@@ -60,6 +79,8 @@ class HeldAllotment:
         self._windows = tuple(windows)
         self._hours = hours
         self._taken: dict[Key, int] = {}
+        self._waiting: list[Waiter] = []  # in order of arrival
+        self._yielding: dict[Key, set[str]] = {}  # holders told to move off, until they give back
         self._lock = threading.Lock()
 
     def _held_now(self, key: Key) -> int:
@@ -69,21 +90,85 @@ class HeldAllotment:
     def covers(self, pool: Pool) -> bool:
         return pool.purchase == HELD and any(w.key == key_of(pool) for w in self._windows)
 
-    def try_take(self, pool: Pool, nodes: int) -> bool:
-        """Take ``nodes`` of ``pool``'s reservation when that many are free; False (nothing taken) if not."""
+    def _promised(self, key: Key, job: str | None, *, ahead_only: bool) -> int:
+        """Nodes of ``key`` the waiting jobs other than ``job`` wait for (``ahead_only``: those that came first)."""
+        total = 0
+        for w in self._waiting:
+            if w.job == job:
+                if ahead_only:
+                    break
+                continue
+            if w.key == key:
+                total += w.nodes
+        return total
+
+    def try_take(self, pool: Pool, nodes: int, job: str | None = None) -> bool:
+        """Take ``nodes`` of ``pool``'s reservation for ``job`` when that many are free after the jobs
+        waiting ahead of it; False (nothing taken) if not."""
         key = key_of(pool)
         with self._lock:
-            if self._held_now(key) - self._taken.get(key, 0) < nodes:
+            free = self._held_now(key) - self._taken.get(key, 0) - self._promised(key, job, ahead_only=True)
+            if free < nodes:
                 return False
             self._taken[key] = self._taken.get(key, 0) + nodes
             return True
 
-    def give_back(self, pool: Pool, nodes: int) -> None:
+    def give_back(self, pool: Pool, nodes: int, job: str | None = None) -> None:
         key = key_of(pool)
         with self._lock:
             if self._taken.get(key, 0) < nodes:
                 raise RuntimeError(f"{key}: {nodes} held node(s) given back that were never taken")
             self._taken[key] -= nodes
+            if job is not None:
+                self._yielding.get(key, set()).discard(job)
+
+    def wait(self, job: str, pool: Pool, nodes: int, *, slack_h: float, hours: float) -> None:
+        """``job`` waits for ``nodes`` of ``pool``'s reservation, has ``slack_h`` hours before it must start
+        on them to meet its deadline (inf: none), and then runs ``hours``; called again, it updates."""
+        key = key_of(pool)
+        with self._lock:
+            latest = self._hours() + slack_h
+            for w in self._waiting:
+                if w.job == job and w.key == key:
+                    w.nodes, w.latest_h, w.hours = nodes, latest, hours
+                    return
+            self._waiting.append(Waiter(job, key, nodes, latest, hours))
+
+    def done_waiting(self, job: str) -> None:
+        with self._lock:
+            self._waiting = [w for w in self._waiting if w.job != job]
+
+    def others_wait(self, job: str, pool: Pool) -> bool:
+        """Whether a job other than ``job`` waits for nodes of ``pool``'s reservation."""
+        key = key_of(pool)
+        with self._lock:
+            return any(w.key == key and w.job != job for w in self._waiting)
+
+    def must_yield(self, job: str, pool: Pool, nodes: int, *, remaining_h: float, restart_h: float) -> str | None:
+        """Whether ``job``, holding ``nodes`` of ``pool``'s reservation with ``remaining_h`` hours of work
+        left on them, should stop and move off for a waiting job: the name of that job, or None.
+
+        It should when a waiter that its ``nodes`` would let start cannot wait ``remaining_h`` and has
+        more node-hours to run than ``job`` has left plus a restart.  Once told, ``job`` counts as
+        yielding (:meth:`yield_pending`) until it gives the nodes back."""
+        key = key_of(pool)
+        with self._lock:
+            now = self._hours()
+            free = self._held_now(key) - self._taken.get(key, 0)
+            for w in self._waiting:
+                if w.key != key or w.job == job:
+                    continue
+                if (free + nodes >= w.nodes and w.latest_h < now + remaining_h
+                        and (remaining_h + restart_h) * nodes < w.hours * w.nodes):
+                    self._yielding.setdefault(key, set()).add(job)
+                    return w.job
+                free -= w.nodes  # the first in line gets the nodes first
+            return None
+
+    def yield_pending(self, pool: Pool) -> bool:
+        """Whether a holder of ``pool``'s reservation was told to move off and has not given its nodes back."""
+        with self._lock:
+            return bool(self._yielding.get(key_of(pool)))
 
     def over(self, pool: Pool) -> bool:
         """Whether the launches hold more of ``pool``'s reservation than the queue has now (a window closed)."""
@@ -97,17 +182,19 @@ class HeldAllotment:
             return self._held_now(key_of(pool))
 
     def free(self, pool: Pool) -> int:
+        """Nodes of ``pool``'s reservation no launch holds now (some may be promised to a waiting job)."""
         key = key_of(pool)
         with self._lock:
             return max(0, self._held_now(key) - self._taken.get(key, 0))
 
     def job_view(self, job: JobSpec, now: dt.datetime) -> JobSpec:
-        """``job`` with each of the queue's held reservations cut to its nodes free now (none: left out)
-        and to the end of the window it is in, ``now`` being the run's time: a plan made late in a
-        window counts only the hours left in it."""
+        """``job`` with each of the queue's held reservations cut to its nodes free now and not waited for
+        by another job (none: left out) and to the end of the window it is in, ``now`` being the run's
+        time: a plan made late in a window counts only the hours left in it."""
         with self._lock:
             h = self._hours()
-            left = {w.key: max(0, self._held_now(w.key) - self._taken.get(w.key, 0)) for w in self._windows}
+            left = {w.key: max(0, self._held_now(w.key) - self._taken.get(w.key, 0)
+                               - self._promised(w.key, job.name, ahead_only=False)) for w in self._windows}
         ends = {}
         for w in self._windows:
             if w.start_h <= h < w.end_h and math.isfinite(w.end_h):

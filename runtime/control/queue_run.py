@@ -15,7 +15,9 @@ start).  The team has the held nodes once, so the controllers share them
 (:class:`runtime.control.held.HeldAllotment`): a launch takes its held nodes before it
 provisions them and gives them back when it releases them.  A job whose scheduled held nodes
 are still busy (the job before it ran longer than its estimate) waits for them while its
-deadline allows, and otherwise re-plans on what is free, as a re-plan after a preemption does.
+deadline allows; when it cannot wait, the one of the two with less work left moves off (the
+holder at a checkpoint, or the waiter) and re-plans on what is free, as a re-plan after a
+preemption does.
 The queue's process holds a lock on its directory, and each job's run directory keeps the queue's
 windows (:mod:`runtime.control.queue_held`), so a job resumed on its own later counts the held
 nodes as the queue did, and never while another process counts them.

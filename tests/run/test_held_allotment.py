@@ -53,3 +53,51 @@ def test_a_window_without_an_end_keeps_the_jobs_own_until():
     # Outside every window the queue's reservation is not in the view at all.
     later = HeldAllotment([Window(KEY, 2, 0.0, 4.0)], hours=lambda: 5.0)
     assert later.job_view(job(), NOW).purchase.held == ()
+
+
+def test_a_waiting_job_is_first_in_line_for_the_nodes_it_waits_for():
+    allotment = HeldAllotment([Window(KEY, 2, 0.0)], hours=lambda: 1.0)
+    pool = Pool.held(OFFERING, hours_left=10.0)
+    assert allotment.try_take(pool, 2, "a")
+    allotment.wait("b", pool, 1, slack_h=3.0, hours=2.0)
+    allotment.wait("c", pool, 1, slack_h=3.0, hours=2.0)
+    allotment.give_back(pool, 1, "a")
+    assert allotment.free(pool) == 1
+    # The freed node is b's: not c's (behind b), nor a re-plan's, nor a launch that never waited.
+    assert not allotment.try_take(pool, 1, "c") and not allotment.try_take(pool, 1)
+    assert allotment.job_view(job(), NOW).purchase.held == ()
+    assert allotment.try_take(pool, 1, "b")
+    allotment.done_waiting("b")
+    allotment.give_back(pool, 1, "a")
+    assert allotment.try_take(pool, 1, "c")  # first in line now
+
+
+def test_the_holder_with_less_work_left_moves_off_for_a_waiter_that_cannot_wait():
+    hours = {"now": 1.0}
+    allotment = HeldAllotment([Window(KEY, 1, 0.0)], hours=lambda: hours["now"])
+    pool = Pool.held(OFFERING, hours_left=10.0)
+    assert allotment.try_take(pool, 1, "a")
+    assert not allotment.others_wait("a", pool)
+    assert allotment.must_yield("a", pool, 1, remaining_h=2.0, restart_h=0.1) is None  # nobody waits
+    allotment.wait("b", pool, 1, slack_h=3.0, hours=5.0)
+    assert allotment.others_wait("a", pool) and not allotment.others_wait("b", pool)
+    # b can wait the 2 h a has left: a keeps the node (b starts on it after a, as scheduled).
+    assert allotment.must_yield("a", pool, 1, remaining_h=2.0, restart_h=0.1) is None
+    hours["now"] = 2.5  # b's deadline now leaves it 1.5 h: it cannot wait a's 2 h
+    assert allotment.must_yield("a", pool, 1, remaining_h=6.0, restart_h=0.1) is None  # a has more left than b
+    assert not allotment.yield_pending(pool)
+    assert allotment.must_yield("a", pool, 1, remaining_h=2.0, restart_h=0.1) == "b"
+    assert allotment.yield_pending(pool)
+    allotment.give_back(pool, 1, "a")
+    assert not allotment.yield_pending(pool)
+    assert allotment.try_take(pool, 1, "b")
+
+
+def test_a_holder_does_not_move_off_for_a_waiter_its_nodes_would_not_let_start():
+    allotment = HeldAllotment([Window(KEY, 2, 0.0)], hours=lambda: 1.0)
+    pool = Pool.held(OFFERING, hours_left=10.0)
+    assert allotment.try_take(pool, 1, "a") and allotment.try_take(pool, 1, "c")
+    allotment.wait("b", pool, 2, slack_h=0.0, hours=5.0)  # needs both nodes: a's alone do not do
+    assert allotment.must_yield("a", pool, 1, remaining_h=1.0, restart_h=0.1) is None
+    allotment.give_back(pool, 1, "c")
+    assert allotment.must_yield("a", pool, 1, remaining_h=1.0, restart_h=0.1) == "b"

@@ -9,10 +9,13 @@ the run's clock rather than the machine's, must no longer offer it: spot on AWS 
 from __future__ import annotations
 
 import datetime as dt
+import math
 from pathlib import Path
 
 import pytest
 
+from pricing.catalog import Offering
+from pricing.pool import Pool
 from runtime.control.held import HeldAllotment, Window
 from runtime.control.run_state import load_state, save_state
 from tests.run.fake_run import AWS_A, SCALE, billed, new_run, open_run, script
@@ -97,3 +100,94 @@ def test_a_queue_window_that_closes_under_the_launch_stops_it_at_a_checkpoint(tm
     held_pool = run.controller.state.launches[0].pool
     assert allotment.free(held_pool) == 0 and not allotment.over(held_pool)
     assert summary["cost_usd"] > 0 and summary["cost_usd"] == pytest.approx(billed(run.events()), rel=1e-9)
+
+
+KEY = ("aws", "us-east-1", "g4dn.xlarge")
+
+
+def queue_run(tmp_path: Path, on_sleep, **job) -> tuple[HeldAllotment, object]:
+    """A run of a queue with one held node (no window end), its allotment, and ``on_sleep(run)`` called
+    after every sleep of the run's clock (what the queue's other job does meanwhile)."""
+    opened = {}
+    allotment = HeldAllotment([Window(KEY, 1, 0.0)],
+                              hours=lambda: (opened["run"].clock.now() - (ENDS - LEAD_S)) / 3600)
+    run_dir = new_run(tmp_path, extra=held_table(UNTIL + dt.timedelta(days=365)), **{"restart_minutes": 0.1, **job})
+    state = load_state(run_dir)
+    save_state(run_dir, state.model_copy(update={"origin": ENDS - LEAD_S}))
+    run = opened["run"] = open_run(run_dir, script(), held=allotment)
+    clock = run.clock
+    sleep = clock.sleep
+
+    def sleep_then(seconds: float) -> None:
+        sleep(seconds)
+        on_sleep(run)
+    clock.sleep = sleep_then
+    return allotment, run
+
+
+@pytest.mark.parametrize("waiter_hours, moves", [(1.0, True), (0.01, False)])
+def test_a_queue_launch_moves_off_the_held_node_for_a_job_that_cannot_wait_for_it(
+        tmp_path: Path, waiter_hours: float, moves: bool) -> None:
+    """Job b of the queue waits for the node this run trains on, and its deadline leaves it no time
+    to wait for this run to finish: the run with less work left moves off at a checkpoint."""
+    arrived = []
+
+    def b_arrives(run) -> None:
+        launches = run.controller.state.launches
+        if not arrived and launches and launches[0].training_at is not None:
+            allotment.wait("b", launches[0].pool, 1, slack_h=0.0, hours=waiter_hours)
+            arrived.append(run.clock.now())
+    allotment, run = queue_run(tmp_path, b_arrives)
+    summary = run.run()
+    assert summary["status"] == "completed" and summary["steps"] == 300 and arrived
+    held_pool = run.controller.state.launches[0].pool
+    if not moves:  # b's 0.01 h is less than this run's remainder: it keeps the node to the end
+        assert [(launch["purchase"], launch["outcome"]) for launch in summary["launches"]] == [
+            ("reserved_held", "completed")]
+        assert not allotment.yield_pending(held_pool)
+        return
+    first, second = summary["launches"]
+    assert first["purchase"] == "reserved_held" and first["outcome"] == "phase_end"
+    assert second["pool_id"] == AWS_A and second["start_step"] == first["end_step"] > 0
+    assert summary["preemptions"] == 0 and summary["lost_steps"] == 0
+    stop = run.events("checkpoint_request")[0]
+    assert stop["action"] == "stop" and "job 'b' of the queue waits for the held nodes" in stop["reason"]
+    down = next(e for e in run.events("node_down") if e["launch"] == "l-1")
+    assert down["t"] <= arrived[0] + 5 * SCALE  # a poll, a checkpoint and a heartbeat after b came
+    # The re-plan left the node to b, the allotment has it back, and b is first in line for it.
+    assert HELD not in load_state(run.run_dir).left_out
+    assert not allotment.yield_pending(held_pool) and allotment.free(held_pool) == 1
+    assert not allotment.try_take(held_pool, 1, "c") and allotment.try_take(held_pool, 1, "b")
+    assert summary["cost_usd"] > 0 and summary["cost_usd"] == pytest.approx(billed(run.events()), rel=1e-9)
+
+
+@pytest.mark.parametrize("told_to_move", [True, False])
+def test_a_job_out_of_time_waits_for_a_holder_moving_off_and_no_other(tmp_path: Path, told_to_move: bool) -> None:
+    """This run's plan is the held node job a holds. Its deadline leaves it a few minutes to wait;
+    a gives the node back a minute after they are up. Told to move off (a is on its way to a
+    checkpoint), a is worth waiting for, a minute being less than a restart elsewhere (5 minutes);
+    otherwise this run re-plans once its slack is gone."""
+    times = {}
+
+    def a_holds(run) -> None:
+        pool = Pool.held(t4, hours_left=1.0)
+        if "latest" not in times:
+            hours = run.controller.state.plan["expected_hours"]
+            times["latest"] = run.controller.deadline_at - hours * 3600
+            if told_to_move:
+                assert allotment.must_yield("a", pool, 1, remaining_h=0.07, restart_h=0.0) == "digits-test"
+        elif "back" not in times and run.clock.now() >= times["latest"] + 60:
+            allotment.give_back(pool, 1, "a")
+            times["back"] = run.clock.now()
+    allotment, run = queue_run(tmp_path, a_holds, deadline_hours=0.15, restart_minutes=5.0)
+    t4 = Offering("aws", "us-east-1", None, "g4dn.xlarge", "T4", 1, 16, 4, 16, 0.526, spot=0.16)
+    assert allotment.try_take(Pool.held(t4, hours_left=1.0), 1, "a")
+    summary = run.run()
+    assert summary["status"] == "completed" and summary["steps"] == 300
+    assert run.events("held_wait") and times["latest"] > run.controller.state.origin
+    first, launched = summary["launches"][0], run.events("launch")[0]["t"]
+    if told_to_move:
+        assert first["purchase"] == "reserved_held" and times["latest"] + 60 <= times["back"] <= launched
+    else:  # gone to on-demand a poll or two after its slack ran out, before a gave the node back
+        assert first["purchase"] == "on_demand" and launched < times.get("back", math.inf)
+        assert run.events("held_wait")[0]["t"] < times["latest"] <= run.events("plan")[1]["t"] < times["latest"] + 60
