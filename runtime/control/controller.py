@@ -53,7 +53,7 @@ from planner.policy import ON_DEMAND, PolicyMemory, make_policy
 from planner.report import plan_json
 from pricing import learned, risk
 from pricing.catalog import Catalog
-from pricing.pool import CLUSTER, Pool
+from pricing.pool import CLUSTER, HELD, Pool
 from pricing.sources import resolve_catalog
 from runtime.accounting import alerts, forecast
 from runtime.accounting.ledger import IntervalKey, Ledger
@@ -448,7 +448,10 @@ class Controller:
                 break
             self.clock.sleep(self.clock.real_seconds(TICK_HOURS * 3600))  # wait one tick for spot to come back
         now = self.clock.now()
-        result = self._replan(done, total, self.state.cooling_at(now), purchase)
+        result = self._replan(done, total, purchase)
+        if result.plan is None and purchase is not None:
+            # Every pool bought that way refused a launch, or none fits: spot or a reservation still may.
+            result = self._replan(done, total, None)
         if result.plan is None or result.pool is None or result.nodes is None:
             self.events.emit("replan" if self.state.launches else "plan", reason=result.reason, pool=None,
                              pool_changed=False)
@@ -477,10 +480,10 @@ class Controller:
             replanned.append(alerts.Replanned(str(self.state.replans), old_total, self.expected_total_usd, reason))
         alerts.dispatch(self.alert_policy, self.ledger, self.outbox, self._forecast(), replanned, now=now)
 
-    def _replan(self, done: float, total: float, cooling: frozenset[str],
-                purchase: tuple[str, ...] | None) -> ReplanResult:
+    def _replan(self, done: float, total: float, purchase: tuple[str, ...] | None) -> ReplanResult:
         now = self.clock.now()
-        if not self.state.launches and not cooling:
+        cooling, refused = self.state.cooling_at(now), self.state.refused_at(now)
+        if not self.state.launches and not self.state.failures:  # nothing refused or learned yet: the quote
             return first_plan(self.job, self.catalog, now=phases.run_time(now))
         budget = self.job.constraints.budget_usd
         m = self.state.measured
@@ -490,7 +493,8 @@ class Controller:
             hours_left=(self.deadline_at - now) / 3600 if self.deadline_at is not None else None,
             restart_hours=self.job.overheads.restart_minutes / 60,
             measured=Measured(m.gpu, m.gpus, m.units_per_hour, m.steps) if m else None,
-            cooling=cooling, rates=dict(self.state.rates), purchase=purchase, now=phases.run_time(now),
+            cooling=cooling, refused=refused, rates=dict(self.state.rates), purchase=purchase,
+            now=phases.run_time(now),
         ))
 
     def _plannable_job(self) -> JobSpec:
@@ -995,14 +999,18 @@ class Controller:
 
     def _no_capacity(self) -> None:
         """The pool had no capacity: leave it out for the cool-down and plan elsewhere."""
-        pool = self.state.pool
-        assert pool is not None
-        self.state.cooling[pool.id] = self.clock.now() + self.tuning.cooldown_minutes * 60
-        if pool.purchase == CLUSTER:  # the planner blocks spot pools by cooling; a cluster is left out
-            self.state.left_out[pool.id] = self.state.cooling[pool.id]
+        pool, nodes = self.state.pool, self.state.nodes
+        assert pool is not None and nodes is not None
+        until = self.clock.now() + self.tuning.cooldown_minutes * 60
+        if pool.purchase == "spot":
+            self.state.cooling[pool.id] = until  # the policy leaves it out too
+        elif pool.purchase == CLUSTER:
+            self.state.left_out[pool.id] = until
+        elif pool.purchase != HELD:  # held nodes: the queue's allotment says when some are free
+            self.state.refuse(pool, until)
         self.state.set_pool(None, None)
         self.save()
-        self._choose_pool(preempted=None, reason=f"{pool.id} has no capacity")
+        self._choose_pool(preempted=None, reason=f"{pool.label(nodes)} has no capacity")
 
     def _phase_ended(self, record: LaunchRecord) -> None:
         """A cluster's phase or a held reservation ended at a checkpoint: leave the pool for good (a

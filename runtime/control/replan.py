@@ -90,7 +90,8 @@ class Measured:
 class ReplanRequest:
     """What is left and what was learned (hours are simulated hours).
 
-    ``cooling`` holds spot pool ids (:attr:`Pool.id`) on cool-down, ``rates`` learned
+    ``cooling`` holds spot pool ids (:attr:`Pool.id`) on cool-down, ``refused`` the
+    :attr:`Pool.key` of other pools that refused a launch, ``rates`` learned
     interruption rates per pool id; ``allow_late=False`` asks :func:`replan_or_late` not
     to fall back to a plan that misses the deadline.  ``checkpoint_location`` is the region
     the last checkpoint is in (the object store's, or the pool's that wrote it to its
@@ -105,6 +106,7 @@ class ReplanRequest:
     restart_hours: float = 0.0
     measured: Measured | None = None
     cooling: frozenset[str] = frozenset()
+    refused: frozenset[tuple[str, str]] = frozenset()
     rates: Mapping[str, float] = field(default_factory=dict)
     purchase: tuple[str, ...] | None = None
     allow_late: bool = True
@@ -165,7 +167,7 @@ def _solve(request: ReplanRequest, deadline_hours: float | None, objective: str 
     limits = Limits(deadline_hours=deadline_hours, budget_usd=request.budget_left_usd,
                     switch_hours=job.overheads.restart_minutes / 60.0)
     return plan(job, request.catalog, limits=limits, work=request.work_left,
-                blocked={(pool_id, "spot") for pool_id in request.cooling}, interruption_rates=request.rates,
+                blocked={(pool_id, "spot") for pool_id in request.cooling} | request.refused, interruption_rates=request.rates,
                 speeds=speeds, purchase=request.purchase, objective=objective,
                 data_location=request.data_location, checkpoint_location=request.checkpoint_location,
                 resume=True, now=request.now)
@@ -227,6 +229,8 @@ def _why_not(request: ReplanRequest, deadline_hours: float | None) -> str:
         parts.append(f"${request.budget_left_usd:,.2f} of budget")
     if request.cooling:
         parts.append(f"{len(request.cooling)} pool(s) cooling down")
+    if request.refused:
+        parts.append(f"{len(request.refused)} pool(s) without capacity")
     return "no plan fits: " + ", ".join(parts)
 
 

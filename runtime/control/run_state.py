@@ -218,6 +218,9 @@ class RunState(_Model):
     pool_hours: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(default_factory=dict)
     # Cluster pools re-plans leave out (runtime.control.phases): pool id -> until, None for the rest of the run.
     left_out: dict[str, Finite | None] = Field(default_factory=dict)
+    # On-demand and reserved pools that refused a launch (no capacity, over quota): purchase -> pool id ->
+    # until. Keyed by both, as the planner blocks them: an on-demand pool's id is a zoneless spot pool's too.
+    refused: dict[str, dict[str, Finite]] = Field(default_factory=dict)
     policy_memory: dict[str, Any] = Field(default_factory=dict)
     status: Status = "running"
     cause: str | None = None
@@ -290,6 +293,14 @@ class RunState(_Model):
 
     def left_out_at(self, now: float) -> frozenset[str]:
         return frozenset(p for p, until in self.left_out.items() if until is None or until > now)
+
+    def refuse(self, pool: Pool, until: float) -> None:
+        self.refused.setdefault(pool.purchase, {})[pool.id] = until
+
+    def refused_at(self, now: float) -> frozenset[tuple[str, str]]:
+        """The :attr:`Pool.key` of every pool still refused at ``now``."""
+        return frozenset((pool_id, purchase) for purchase, pools in self.refused.items()
+                         for pool_id, until in pools.items() if until > now)
 
     @property
     def current(self) -> LaunchRecord | None:

@@ -102,7 +102,9 @@ def test_a_cluster_without_capacity_is_left_out_of_the_re_plan_while_it_cools_do
     (failed,) = run.events("provision_failed")
     assert "kubernetes:lab/ml" in failed["pool"]
     state = load_state(run.run_dir)
-    assert state.left_out[CLUSTER] == state.cooling[CLUSTER]
+    provisioned_at = run.events("launch")[0]["t"]  # the re-plan's launch: right after the refusal
+    assert state.left_out[CLUSTER] == pytest.approx(provisioned_at + 30 * 60, abs=60)  # --cooldown 30
+    assert CLUSTER not in state.cooling and state.refused == {}
 
 
 def test_phase_hours_and_the_job_a_re_plan_solves(tmp_path: Path) -> None:

@@ -145,6 +145,37 @@ def test_a_pool_without_capacity_cools_down_and_the_job_is_planned_elsewhere(tmp
     assert run.events("node_up")[0]["pool"] == GCP  # nothing was billed for the refused request
 
 
+AWS_OD, GCP_OD, AZURE_T4 = "aws:us-east-1:g4dn.xlarge", "gcp:us-central1:n1-standard-4-t4", "azure:eastus:Standard_NC4as_T4_v3"
+
+
+def test_an_on_demand_pool_without_capacity_is_left_out_and_the_job_planned_on_another_cloud(tmp_path: Path) -> None:
+    # Before, the cool-down blocked (id, "spot") only: the re-plan chose the same on-demand pool until
+    # max_restarts ran out, with GCP's and Azure's on-demand T4s there all along.
+    run = start_run(tmp_path, script(no_capacity=frozenset({AWS_OD})), max_restarts=3, allow=("on_demand",))
+    summary = run.run()
+    assert summary["status"] == "completed" and summary["failures"] == 1
+    assert [launch["pool_id"] for launch in summary["launches"]] == [GCP_OD]
+    assert [e["pool"] for e in run.events("provision_failed")] == ["1x g4dn.xlarge on_demand aws:us-east-1"]
+    state = load_state(run.run_dir)
+    assert set(state.refused) == {"on_demand"} and set(state.refused["on_demand"]) == {AWS_OD}
+    assert state.cooling == {}  # the spot pools of that type were never refused
+
+
+def test_when_every_on_demand_pool_refuses_the_policy_s_choice_the_job_goes_on_spot(tmp_path: Path) -> None:
+    # A preemption with the deadline close: the policy asks for on-demand, which no cloud has now.
+    # Azure's spot pool has no zone, so its id is its on-demand pool's: the fake refuses both.
+    run = start_run(tmp_path, script(no_capacity=frozenset({AWS_OD, GCP_OD, AZURE_T4}),
+                                     reclaims=(Reclaim("l-1", after_s=2.0, notice=True, lead_s=1.0),)),
+                    max_restarts=3, deadline_hours=0.25)
+    summary = run.run()
+    decisions = [e["target"] for e in run.events("decision")]
+    assert decisions[0] == "on_demand"
+    assert [e["pool"].split()[2] for e in run.events("provision_failed")] == ["on_demand"] * 3
+    assert summary["status"] == "completed" and summary["failures"] == 3
+    assert [(launch["pool_id"], launch["purchase"]) for launch in summary["launches"]] == [
+        (AWS_A, "spot"), (GCP, "spot")]
+
+
 def test_a_hung_start_up_times_out_as_a_failure(tmp_path: Path) -> None:
     from runtime.control.controller import Tuning
 
