@@ -166,9 +166,9 @@ def _solve(request: ReplanRequest, deadline_hours: float | None, objective: str 
     speeds = measured_speeds(work_model(job), request.measured) if request.measured else None
     limits = Limits(deadline_hours=deadline_hours, budget_usd=request.budget_left_usd,
                     switch_hours=job.overheads.restart_minutes / 60.0)
-    return plan(job, request.catalog, limits=limits, work=request.work_left,
-                blocked={(pool_id, "spot") for pool_id in request.cooling} | request.refused, interruption_rates=request.rates,
-                speeds=speeds, purchase=request.purchase, objective=objective,
+    blocked = {(pool_id, "spot") for pool_id in request.cooling} | request.refused
+    return plan(job, request.catalog, limits=limits, work=request.work_left, blocked=blocked,
+                interruption_rates=request.rates, speeds=speeds, purchase=request.purchase, objective=objective,
                 data_location=request.data_location, checkpoint_location=request.checkpoint_location,
                 resume=True, now=request.now)
 

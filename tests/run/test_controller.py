@@ -145,7 +145,8 @@ def test_a_pool_without_capacity_cools_down_and_the_job_is_planned_elsewhere(tmp
     assert run.events("node_up")[0]["pool"] == GCP  # nothing was billed for the refused request
 
 
-AWS_OD, GCP_OD, AZURE_T4 = "aws:us-east-1:g4dn.xlarge", "gcp:us-central1:n1-standard-4-t4", "azure:eastus:Standard_NC4as_T4_v3"
+AWS_OD, GCP_OD = "aws:us-east-1:g4dn.xlarge", "gcp:us-central1:n1-standard-4-t4"
+AZURE_T4 = "azure:eastus:Standard_NC4as_T4_v3"  # its spot pool has no zone: the same id
 
 
 def test_an_on_demand_pool_without_capacity_is_left_out_and_the_job_planned_on_another_cloud(tmp_path: Path) -> None:

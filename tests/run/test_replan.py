@@ -65,14 +65,14 @@ def test_a_refused_pool_is_left_out_by_its_purchase_option_only(setup) -> None:
     on_demand = ("on_demand",)
     assert replan(_request(job, catalog, purchase=on_demand)).pool.id == "aws:us-east-1:g4dn.xlarge"
     refused = frozenset({("aws:us-east-1:g4dn.xlarge", "on_demand")})
-    assert replan(_request(job, catalog, purchase=on_demand, refused=refused)).pool.id == "gcp:us-central1:n1-standard-4-t4"
+    gcp_od = "gcp:us-central1:n1-standard-4-t4"
+    assert replan(_request(job, catalog, purchase=on_demand, refused=refused)).pool.id == gcp_od
     # Azure's spot pool has no zone: its id is its on-demand pool's, and refusing one leaves the other.
     cooling = frozenset({AWS_A, GCP})
     azure_od = frozenset({(AZURE, "on_demand")})
     spot = replan(_request(job, catalog, cooling=cooling, refused=azure_od)).pool
     assert (spot.id, spot.purchase) == (AZURE, "spot")
-    nothing = replan(_request(job, catalog, purchase=on_demand, refused=refused | azure_od | {
-        ("gcp:us-central1:n1-standard-4-t4", "on_demand")}))
+    nothing = replan(_request(job, catalog, purchase=on_demand, refused=refused | azure_od | {(gcp_od, "on_demand")}))
     assert nothing.pool is None and "3 pool(s) without capacity" in nothing.reason
 
 
