@@ -417,7 +417,7 @@ class Controller:
                 continue
             counts = seen.setdefault((launch.pool.cloud, launch.pool.region, launch.pool.instance_type), [0, 0.0])
             counts[0] += launch.outcome == "preempted"
-            counts[1] += launch.nodes * max(0.0, launch.released_at - launch.provisioned_at) / 3600
+            counts[1] += launch.nodes * launch.hours(launch.released_at)
         for (cloud, region, instance_type), (preemptions, hours) in seen.items():
             try:
                 learned.record(cloud, region, instance_type, preemptions=int(preemptions), node_hours=hours)
@@ -852,8 +852,11 @@ class Controller:
         self._last_beat = None  # the next launch's first heartbeat gap starts at its own first beat
         record.released_at = end
         self.state.active = False
-        pool_id = record.pool.id
-        self.state.pool_hours[pool_id] = self.state.pool_hours.get(pool_id, 0.0) + (end - record.provisioned_at) / 3600
+        if record.pool.purchase in ("spot", CLUSTER):
+            # A spot pool's exposure (its interruption rate's) and a cluster's hours against its max_hours.
+            # Not other purchases: an on-demand or held pool's id is a zoneless (Azure) spot pool's too.
+            pool_id = record.pool.id
+            self.state.pool_hours[pool_id] = self.state.pool_hours.get(pool_id, 0.0) + record.hours(end)
         self.save()
 
     def _measure_stop(self, record: LaunchRecord) -> None:
@@ -1018,8 +1021,10 @@ class Controller:
         pool = record.pool
         if self.held is None or not self.held.covers(pool):
             self.state.left_out[pool.id] = None  # a queue's window may open again: its job_view says when
+        hours = sum(launch.hours(launch.released_at) for launch in self.state.launches
+                    if launch.pool.key == pool.key and launch.released_at is not None)
         self.events.emit("phase_end", launch=record.launch_id, pool=pool.id, step=record.end_step,
-                         hours=round(self.state.pool_hours.get(pool.id, 0.0), 4))
+                         hours=round(hours, 4))
         self.state.set_pool(None, None)
         self.save()
         self._choose_pool(preempted=None, reason=f"{pool.id}: its phase ended at step {record.end_step}")

@@ -158,6 +158,10 @@ class LaunchRecord(_Model):
     def label(self) -> str:
         return self.pool.label(self.nodes)
 
+    def hours(self, until: float) -> float:
+        """Hours from the launch's provisioning to ``until`` (run clock seconds), per node."""
+        return max(0.0, until - self.provisioned_at) / 3600
+
     def startup_error(self) -> str | None:
         """The error a launch that never trained died of (its node log's telling line), or None."""
         if self.training_at is not None or self.outcome != "failed":

@@ -17,8 +17,11 @@ import pytest
 from pricing.catalog import Offering
 from pricing.pool import Pool
 from runtime.control.held import HeldAllotment, Window
+from runtime.control.replan import raised_rate
 from runtime.control.run_state import load_state, save_state
+from runtime.providers.fake import Reclaim
 from tests.run.fake_run import AWS_A, SCALE, billed, new_run, open_run, script
+from tests.run.helpers import write_catalog
 
 HELD = "aws:us-east-1:g4dn.xlarge"
 UNTIL = dt.date(2031, 3, 10)  # any day: the run's manual clock starts just before it
@@ -65,6 +68,31 @@ def test_the_held_reservation_ends_at_a_checkpoint_and_spot_finishes_the_job(tmp
     # The held node is free; the spot node is billed at its price.
     assert [e["hourly_usd"] for e in run.events("node_up")] == [0.0, 0.16]
     assert summary["cost_usd"] == pytest.approx(billed(run.events()), rel=1e-9)
+
+
+def test_hours_on_a_held_node_are_not_exposure_of_the_spot_pool_with_the_same_id(tmp_path: Path) -> None:
+    """Azure's spot pools have no zone, so a held (or on-demand) Azure pool's id is its spot pool's.
+    The run holds an Azure T4 until the reservation ends, re-plans onto Azure spot and is preempted
+    there: the raised interruption rate counts the spot launch's hours only, not the held node's."""
+    azure = "azure:eastus:Standard_NC4as_T4_v3"
+    run_dir = new_run(tmp_path, restart_minutes=0.1, extra=held_table(UNTIL).replace(
+        '"aws"', '"azure"').replace('"us-east-1"', '"eastus"').replace('"g4dn.xlarge"', '"Standard_NC4as_T4_v3"'))
+    write_catalog(tmp_path / "catalog.csv", rows=[("azure", "eastus", "", "Standard_NC4as_T4_v3", 0.60, 0.20)])
+    save_state(run_dir, load_state(run_dir).model_copy(update={"origin": ENDS - LEAD_S}))
+    run = open_run(run_dir, script(reclaims=(Reclaim("l-2", after_s=1.0, notice=True, lead_s=0.5),)))
+    summary = run.run()
+    assert summary["status"] == "completed"
+    held_launch, spot_launch = summary["launches"][:2]
+    assert (held_launch["pool_id"], held_launch["purchase"], held_launch["outcome"]) == (
+        azure, "reserved_held", "phase_end")
+    assert (spot_launch["pool_id"], spot_launch["purchase"], spot_launch["outcome"]) == (azure, "spot", "preempted")
+    state = load_state(run.run_dir)
+    held_hours, spot_hours = (launch.hours(launch.released_at) for launch in state.launches[:2])
+    assert held_hours > 0.03  # the 0.04 h up to the reservation's end
+    (preemption,) = run.events("preemption")
+    assert preemption["interruption_rate"] == pytest.approx(
+        raised_rate(0.5, preemptions=1, exposed_hours=spot_hours), abs=1e-4)
+    assert (run.events("phase_end")[0]["hours"]) == pytest.approx(held_hours, abs=1e-4)
 
 
 def test_a_reservation_that_outlasts_the_run_carries_it_to_the_end(tmp_path: Path) -> None:
