@@ -80,8 +80,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="where nodes come from: a provider registered under the danlu.providers entry points "
                         "(default: the job's [run].provider; an unknown name lists the registered ones)")
     p.add_argument("--chaos", metavar="SPEC", action="append", default=[],
-                   help="inject preemptions (the provider carries them out): at=20s,45s; rate=1/5m; "
-                        "trace=PATH; notice=gcp; seed=N; node=I -- clauses separated by ';', the flag may repeat")
+                   help="inject preemptions and capacity refusals (the provider carries them out): at=20s,45s; "
+                        "rate=1/5m; trace=PATH; notice=gcp; seed=N; node=I; refuse=aws,on_demand -- clauses "
+                        "separated by ';', the flag may repeat")
     p.add_argument("--time-scale", type=_positive, default=1.0, metavar="FACTOR",
                    help="simulated seconds per real second for billing, deadlines and notice lead times "
                         "(local provider; default 1)")

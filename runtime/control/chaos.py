@@ -1,4 +1,4 @@
-"""Injected preemptions: ``planner run --chaos SPEC``, carried out by the provider itself.
+"""Injected preemptions and capacity refusals: ``planner run --chaos SPEC``, carried out by the provider itself.
 
 A spec is ``;``-separated ``key=value`` clauses (the flag may also be repeated)::
 
@@ -10,6 +10,10 @@ A spec is ``;``-separated ``key=value`` clauses (the flag may also be repeated):
                         ``--time-scale``
     notice=gcp          speak this cloud's notice protocol whatever the pool's cloud
     node=0              which node of the pool is reclaimed (default: the last one)
+    refuse=aws,on_demand
+                        launches on these pools fail as a cloud without capacity answers
+                        (``InsufficientInstanceCapacity``): each item a cloud, a purchase
+                        option or a pool id (``aws:us-east-1:g4dn.xlarge``), for the whole run
 
 Durations take ``ms``, ``s``, ``m`` or ``h`` (a bare number is seconds). Every
 preemption is announced on the node's metadata server ahead of the kill, by the cloud's
@@ -34,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from pricing.pool import PURCHASES, Pool
 from runtime.control.clock import Clock
 from runtime.errors import RuntimeFailure
 
@@ -50,7 +55,8 @@ __all__ = [
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 MAX_RATE_EVENTS = 10_000
-KEYS = ("at", "rate", "seed", "trace", "notice", "node")
+KEYS = ("at", "rate", "seed", "trace", "notice", "node", "refuse")
+CLOUDS = ("aws", "gcp", "azure", "kubernetes")
 HORIZON_S = 7 * 86400
 _N = TypeVar("_N")
 
@@ -72,6 +78,11 @@ class ChaosSpec:
     trace_offsets: tuple[float, ...] = ()
     notice: str | None = None
     node: int | None = None
+    refuse: tuple[str, ...] = ()
+
+    def refuses(self, pool: Pool) -> bool:
+        """Whether a launch on ``pool`` is refused (``refuse=``): its cloud, purchase option or id is listed."""
+        return bool({pool.cloud, pool.purchase, pool.id} & set(self.refuse))
 
     def schedule(self, *, time_scale: float, horizon_s: float) -> tuple[float, ...]:
         """Every preemption time (wall-clock seconds from the run start) up to ``horizon_s``.
@@ -133,9 +144,16 @@ def parse_chaos(spec: str | list[str] | None) -> ChaosSpec:
         raise ChaosSpecError(f"--chaos notice={notice!r}: unknown protocol. To fix: use aws, gcp or azure.")
     trace = str(values["trace"]) if "trace" in values else None
     offsets = _trace_offsets(trace) if trace else ()
+    refuse = tuple(v.strip() for v in str(values.get("refuse", "")).split(",") if v.strip())
+    for item in refuse:
+        if item not in CLOUDS and item not in PURCHASES and ":" not in item:
+            raise ChaosSpecError(
+                f"--chaos refuse={item!r}: not a cloud, a purchase option or a pool id. To fix: use one of "
+                f"{', '.join(CLOUDS)}, one of {', '.join(PURCHASES)}, or a pool id such as aws:us-east-1:g4dn.xlarge."
+            )
     return ChaosSpec(
         at=at, rate_per_s=rate, seed=seed, trace=trace, trace_offsets=offsets,
-        notice=notice if isinstance(notice, str) else None, node=node,
+        notice=notice if isinstance(notice, str) else None, node=node, refuse=refuse,
     )
 
 

@@ -14,7 +14,9 @@ Faults are the provider's own: given a :class:`runtime.control.chaos.ChaosPlan`,
 reclaims a spot node of a training launch (one per launch) whenever the plan says one
 is due, checked at every :meth:`LocalProvider.poll`. :meth:`LocalProvider.preempt` does
 the reclaim: it announces it on the node's metadata server and hard-kills the node when
-the lead time is up (at once if an Azure event is acknowledged). ``hold_nodes`` keeps
+the lead time is up (at once if an Azure event is acknowledged). A pool the plan's
+``refuse=`` names is refused at :meth:`LocalProvider.provision` with the
+:class:`~runtime.providers.cloud_api.CapacityError` a cloud without capacity raises. ``hold_nodes`` keeps
 some nodes from ever starting their agent, which is how a stuck rendezvous looks.
 
 Every process of a node carries the node's token in its environment
@@ -57,6 +59,7 @@ from runtime.providers.base import (
     ProviderError,
     child_environment,
 )
+from runtime.providers.cloud_api import CapacityError
 from runtime.providers.metadata_server import MetadataServer
 from runtime.providers.notices import Notice, NoticeWatch
 
@@ -152,6 +155,9 @@ class LocalProvider(Provider):
 
     # -- Provider ---------------------------------------------------------------------------
     def provision(self, pool: Pool, *, nodes: int, launch_id: str) -> list[Node]:
+        if self.chaos is not None and self.chaos.spec.refuses(pool):
+            raise CapacityError(f"InsufficientInstanceCapacity: no {pool.instance_type} {pool.purchase} capacity in "
+                                f"{pool.cloud}:{pool.location} (--chaos refuse)", code="InsufficientInstanceCapacity")
         provisioned: list[Node] = []
         protocol = self.protocol(pool)
         interval = max(0.05, min(5.0, self.lead_s(pool) / 10))

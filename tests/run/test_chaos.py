@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from pricing.catalog import Offering
+from pricing.pool import Pool
 from runtime.control.chaos import (
     ChaosClock,
     ChaosSpecError,
@@ -42,8 +44,18 @@ def test_rate_is_poisson_with_the_given_mean_and_reproducible() -> None:
 
 
 def test_repeated_flags_combine() -> None:
-    spec = parse_chaos(["at=10s", "notice=azure", "node=0"])
-    assert (spec.at, spec.notice, spec.node) == ((10.0,), "azure", 0)
+    spec = parse_chaos(["at=10s", "notice=azure", "node=0", "refuse=aws, on_demand"])
+    assert (spec.at, spec.notice, spec.node, spec.refuse) == ((10.0,), "azure", 0, ("aws", "on_demand"))
+
+
+def test_refuse_names_pools_by_cloud_purchase_option_or_id() -> None:
+    t4 = Offering("azure", "eastus", None, "Standard_NC4as_T4_v3", "T4", 1, 16, 4, 28, 0.60, spot=0.20)
+    on_demand, spot = Pool.of(t4, "on_demand"), Pool.of(t4, "spot")
+    assert parse_chaos("refuse=azure").refuses(spot) and parse_chaos("refuse=azure").refuses(on_demand)
+    assert parse_chaos("refuse=on_demand").refuses(on_demand) and not parse_chaos("refuse=on_demand").refuses(spot)
+    by_id = parse_chaos("refuse=azure:eastus:Standard_NC4as_T4_v3")
+    assert by_id.refuses(spot) and by_id.refuses(on_demand)  # a zoneless spot pool has its on-demand pool's id
+    assert not parse_chaos("refuse=gcp,spot").refuses(on_demand) and not parse_chaos("at=1s").refuses(spot)
 
 
 @pytest.mark.parametrize(
@@ -57,6 +69,7 @@ def test_repeated_flags_combine() -> None:
         ("at=1s;at=2s", "given twice"),
         ("seed=-1", "whole number"),
         ("trace=/nonexistent/trace.json", "no such trace file"),
+        ("refuse=oracle", "not a cloud, a purchase option or a pool id"),
     ],
 )
 def test_bad_specs_name_the_clause_and_the_fix(text: str, message: str) -> None:

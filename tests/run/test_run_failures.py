@@ -13,7 +13,7 @@ from planner.job import load_job
 from runtime.control.controller import Controller, Tuning
 from runtime.control.events import read_events
 from runtime.control.run_state import new_state
-from tests.run.helpers import processes_of, write_catalog, write_job
+from tests.run.helpers import digits_entrypoint, processes_of, write_catalog, write_job
 
 pytestmark = pytest.mark.ddp
 
@@ -78,5 +78,28 @@ def test_a_launch_that_never_starts_training_is_a_failure(tmp_path: Path) -> Non
     assert summary["status"] == "failed"
     assert "did not start training within 4s" in summary["cause"]
     events = read_events(tmp_path / "run" / "events.jsonl")
+    assert summary["cost_usd"] == pytest.approx(_billed(events), rel=1e-9)
+    assert processes_of(str(tmp_path / "run")) == []
+
+
+def test_a_cloud_without_on_demand_capacity_is_left_out_and_another_runs_the_job(tmp_path: Path) -> None:
+    """`--chaos refuse=aws` answers every AWS launch as EC2 does without capacity. The job allows
+    on-demand only: AWS's T4 (the cheapest) refuses, nothing is billed for it, and the re-plan
+    leaves that pool out and runs the job on GCP's on-demand T4 to the end."""
+    job = write_job(tmp_path / "job.toml", entrypoint=digits_entrypoint(60), steps=60, nproc=1, max_restarts=2,
+                    allow=("on_demand",))
+    catalog = write_catalog(tmp_path / "catalog.csv")
+    rc = main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(tmp_path / "run"),
+               "--time-scale", "30", "--chaos", "refuse=aws"])
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert rc == 0 and summary["status"] == "completed" and summary["steps"] == 60
+    assert [(launch["pool_id"], launch["purchase"]) for launch in summary["launches"]] == [
+        ("gcp:us-central1:n1-standard-4-t4", "on_demand")]
+    events = read_events(tmp_path / "run" / "events.jsonl")
+    (refused,) = [e for e in events if e["event"] == "provision_failed"]
+    assert refused["pool"] == "1x g4dn.xlarge on_demand aws:us-east-1"
+    assert "InsufficientInstanceCapacity" in refused["reason"] and "--chaos refuse" in refused["reason"]
+    assert summary["failures"] == 1 and [e["pool"] for e in events if e["event"] == "node_up"] == [
+        "gcp:us-central1:n1-standard-4-t4"]
     assert summary["cost_usd"] == pytest.approx(_billed(events), rel=1e-9)
     assert processes_of(str(tmp_path / "run")) == []
