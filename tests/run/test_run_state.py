@@ -51,9 +51,16 @@ def test_state_round_trips_through_the_file(tmp_path: Path) -> None:
     state.launches.append(LaunchRecord(launch_id="l-1", pool=POOL, nodes=1, world_size=2, start_step=0,
                                        provisioned_at=5.0, hosts=[{"id": "l-1-n0"}]))
     state.cooling["aws:x:y"] = 12.5
+    state.refuse(Pool("aws", "us-east-1", None, "g4dn.xlarge", "T4", 1, "on_demand", 0.526), 30.0)
     save_state(tmp_path / "run", state)
     loaded = load_state(tmp_path / "run")
     assert loaded == state
+    assert loaded.refused_at(29.0) == {("aws:us-east-1:g4dn.xlarge", "on_demand")}
+    assert loaded.refused_at(30.0) == frozenset()  # the cool-down is over
+    # A state written before `refused` existed reads as one with nothing refused.
+    path = tmp_path / "run" / "state.json"
+    path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "refused"}))
+    assert load_state(tmp_path / "run").refused == {}
     assert (tmp_path / "run" / "state.json").stat().st_mode & 0o777 == 0o600
     assert loaded.checkpoint_dir == str((tmp_path / "run" / "ckpt").resolve())
 
