@@ -58,7 +58,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "released and the job is re-planned with the work, budget and deadline that remain. Everything is "
             "recorded in the run directory (events.jsonl, ledger.sqlite, state.json, summary.json); "
             "`planner run --resume DIR` continues a run whose controller was killed or that was cancelled "
-            "(Ctrl-C, `planner cancel`). With --detach the controller runs in the background: follow it with "
+            "(Ctrl-C, `planner cancel`), and `planner run --resume QUEUE_RUN` finishes a queue's jobs. "
+            "With --detach the controller runs in the background: follow it with "
             "`planner logs DIR --follow`, stop it with `planner cancel DIR`. One controller per run directory. "
             "See docs/run.md."
         ),
@@ -70,7 +71,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--run-dir", metavar="DIR", help="where the run keeps its files (default runs/<job>-<time>)")
     p.add_argument("--resume", metavar="RUN_DIR",
                    help="continue the run in RUN_DIR after its controller died or it was cancelled "
-                        "(from its last committed checkpoint)")
+                        "(from its last committed checkpoint); a queue's run directory finishes every job of "
+                        "the queue as it was scheduled")
     p.add_argument("--detach", action="store_true",
                    help="start the controller in the background and return at once (its output goes to "
                         "RUN_DIR/controller.log; see `planner logs`, `planner cancel`, `planner status`)")
@@ -153,6 +155,12 @@ def _run(args: argparse.Namespace, console: Console) -> int:
                 "--resume continues a run as it was started; do not pass JOB, --plan, --chaos or --provider"
             )
         run_dir = Path(args.resume)
+        from runtime.control.queue_record import is_queue_run
+
+        if is_queue_run(run_dir):  # a queue's run directory: finish every job of it
+            from planner.commands.run_queue import resume_queue_command
+
+            return resume_queue_command(args, console, tuning)
         load_state(run_dir)  # no run there: say so before anything else
         # One controller per run: refused here (exit 2) while another holds the run's lock, and
         # taken before the state changes, so two resumes cannot both reopen it.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,6 @@ def run_queue_command(args: argparse.Namespace, console: Console, tuning: Any) -
     from planner.capacity.queue import schedule
     from planner.capacity.queue_report import render
     from planner.capacity.queue_spec import load_queue
-    from planner.tables import Column, fitted_table
     from pricing.sources import resolve_catalog
     from runtime.control.queue_run import QueueRunOptions, run_queue
 
@@ -37,16 +37,37 @@ def run_queue_command(args: argparse.Namespace, console: Console, tuning: Any) -
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_root = Path(args.run_dir or f"runs/{spec.name}-{stamp}")
     console.print(f"queue run directory: {run_root} (one run directory per job)")
+    options = QueueRunOptions(catalog=args.catalog, provider=args.provider, time_scale=args.time_scale,
+                              policy=args.policy, use_cache=not args.no_cache, tuning=tuning)
+    return _report(run_queue(result, run_root, options, on_event=_printer(args, console)), args, console)
 
+
+def resume_queue_command(args: argparse.Namespace, console: Console, tuning: Any) -> int:
+    """`planner run --resume QUEUE_RUN`: finish a queue whose process was killed or cancelled."""
+    from runtime.control.queue_run import resume_queue
+
+    refused = [flag for flag, given in (("--detach", args.detach), ("--budget-usd", args.budget_usd is not None))
+               if given]
+    if refused:
+        raise PlannerError(f"{args.resume}: is a queue's run directory; {', '.join(refused)} go with one job "
+                           f"(resume that job's run directory, {args.resume}/JOB)")
+    console.print(f"finishing queue run directory: {args.resume}")
+    return _report(resume_queue(Path(args.resume), tuning, on_event=_printer(args, console)), args, console)
+
+
+def _printer(args: argparse.Namespace, console: Console) -> Callable[[str, dict[str, Any]], None]:
     def event(job: str, record: dict[str, Any]) -> None:
         if record["event"] in ("launch", "launch_end", "replan", "preemption", "run_end") and not args.json:
             console.print(f"[dim]{escape(job)}[/]: {escape(record['event'])} "
                           f"{escape(str(record.get('pool') or record.get('status') or record.get('outcome') or ''))}",
                           highlight=False)
 
-    options = QueueRunOptions(catalog=args.catalog, provider=args.provider, time_scale=args.time_scale,
-                              policy=args.policy, use_cache=not args.no_cache, tuning=tuning)
-    out = run_queue(result, run_root, options, on_event=event)
+    return event
+
+
+def _report(out: dict[str, Any], args: argparse.Namespace, console: Console) -> int:
+    from planner.tables import Column, fitted_table
+
     if args.json:
         print(json.dumps(out, indent=2))
     else:

@@ -20,7 +20,9 @@ holder at a checkpoint, or the waiter) and re-plans on what is free, as a re-pla
 preemption does.
 The queue's process holds a lock on its directory, and each job's run directory keeps the queue's
 windows (:mod:`runtime.control.queue_held`), so a job resumed on its own later counts the held
-nodes as the queue did, and never while another process counts them.
+nodes as the queue did, and never while another process counts them.  Before its first job
+starts, the queue writes the jobs as it runs them (:mod:`runtime.control.queue_record`), so
+:func:`resume_queue` can finish a queue whose process was killed without scheduling it again.
 """
 
 from __future__ import annotations
@@ -39,13 +41,14 @@ from danlu import atomic_file
 from planner.capacity.queue import JobSchedule, QueueSchedule
 from planner.capacity.queue_report import plan_for
 from planner.job import HeldReservation, JobSpec
-from runtime.control import detach
+from runtime.control import detach, queue_record
 from runtime.control.controller import Controller, Tuning
-from runtime.control.held import HeldAllotment, Window
+from runtime.control.held import Window
 from runtime.control.phases import run_date
 from runtime.control.queue_held import QueueHeld, lock_queue
 from runtime.control.queue_held import write as write_queue_held
-from runtime.control.run_state import new_state
+from runtime.control.queue_record import JobToRun, QueueRunRecord
+from runtime.control.run_state import STATE_FILE, SUMMARY_FILE, load_state, new_state, reopen_cancelled
 
 QUEUE_FILE = "queue.json"
 
@@ -84,59 +87,101 @@ def run_queue(schedule: QueueSchedule, run_root: Path, options: QueueRunOptions,
     run_root.mkdir(parents=True, exist_ok=True)
     # Held for the whole queue: a resume of one of its jobs (planner run --resume) must wait for it.
     with lock_queue(run_root, schedule.spec.name):
-        return _run_jobs(schedule, run_root, options, on_event)
+        origin, origin_mono = time.time(), time.monotonic()  # slot k starts (k * slot_hours / time_scale) after these
+        record = _record(schedule, run_root, options, origin)
+        # Monotonic while this process runs the queue: a wall-clock step must not open or close a window.
+        return _run_jobs(record, run_root, options.tuning, on_event,
+                         wall=lambda: origin + time.monotonic() - origin_mono)
 
 
-def _run_jobs(schedule: QueueSchedule, run_root: Path, options: QueueRunOptions,
-              on_event: Callable[[str, dict[str, Any]], None] | None) -> dict[str, Any]:
+def resume_queue(run_root: Path, tuning: Tuning,
+                 on_event: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Finish the queue run in ``run_root`` whose process was killed or cancelled (see
+    :mod:`runtime.control.queue_record`); returns and writes its outcome as :func:`run_queue` does."""
+    record = queue_record.read(run_root)
+    with lock_queue(run_root, record.held.queue):
+        return _run_jobs(record, run_root, tuning, on_event, wall=time.time)
+
+
+def _record(schedule: QueueSchedule, run_root: Path, options: QueueRunOptions, origin: float) -> QueueRunRecord:
+    """The queue as it will run (its plan files and queue_run.json written), before any job starts."""
     order = sorted((j for j in schedule.jobs if j.segments), key=lambda j: (j.segments[0].start_slot, j.job.name))
-    origin, origin_mono = time.time(), time.monotonic()  # slot k starts (k * slot_hours / time_scale) after these
     today = run_date(origin)  # the run clock's UTC date, as held_end and re-plans read the held `until`
-    prepared = []
+    jobs = []
     for js in order:
         name = js.job.name
         plan_path = atomic_file.write_text(run_root / f"{name}.plan.json", json.dumps(plan_for(js), indent=2),
                                            mode=0o600)
         job = job_for_run(js, schedule, today=today)
-        provider = options.provider or job.run.provider
-        prepared.append((js, job, provider, plan_path, run_root / name))
+        jobs.append(JobToRun(name=name, job_path=str(Path(js.job.path).resolve()), job=job.model_dump(mode="json"),
+                             provider=options.provider or job.run.provider, plan_path=str(plan_path.resolve()),
+                             start_slot=js.segments[0].start_slot))
     h = schedule.spec.slot_hours
     windows = [Window((r.cloud, r.region, r.instance_type), r.count, r.from_slot * h,
                       math.inf if r.until_slot is None else r.until_slot * h) for r in schedule.spec.reservations]
-    held = HeldAllotment(windows, hours=lambda: (time.monotonic() - origin_mono) * options.time_scale / 3600)
-    held_record = QueueHeld.of(schedule.spec.name, origin, options.time_scale, windows)
+    record = QueueRunRecord(held=QueueHeld.of(schedule.spec.name, origin, options.time_scale, windows),
+                            slot_hours=h, policy=options.policy,
+                            catalog=str(Path(options.catalog).resolve()) if options.catalog else None,
+                            use_cache=options.use_cache, jobs=tuple(jobs))
+    queue_record.write(run_root, record)
+    return record
+
+
+def _run_jobs(record: QueueRunRecord, run_root: Path, tuning: Tuning,
+              on_event: Callable[[str, dict[str, Any]], None] | None, wall: Callable[[], float]) -> dict[str, Any]:
+    held_record = record.held
+    held = held_record.allotment(wall)
     results: dict[str, dict[str, Any]] = {}
     errors: list[Exception] = []
 
-    def one(js: JobSchedule, job: JobSpec, provider: str, plan_path: Path, run_dir: Path) -> None:
-        start_s = js.segments[0].start_slot * schedule.spec.slot_hours * 3600.0
-        wait = start_s / options.time_scale - (time.monotonic() - origin_mono)
-        if wait > 0:
-            time.sleep(wait)
+    def one(job: JobToRun) -> None:
+        run_dir = run_root / job.name
+        outcome = {"run_dir": str(run_dir), "start_slot": job.start_slot}
         try:
-            new_state(job_path=Path(js.job.path), job=job, run_dir=run_dir, catalog=options.catalog,
-                      provider=provider, time_scale=options.time_scale, policy=options.policy, chaos=[],
-                      plan_path=plan_path, use_cache=options.use_cache)
+            if (run_dir / STATE_FILE).exists():  # started before the queue's process was killed
+                state = load_state(run_dir)
+                if state.status not in ("running", "cancelled"):
+                    results[job.name] = outcome | _outcome(run_dir, state.status, state.cause)
+                    return
+                reopen_cancelled(run_dir)
+            else:
+                start_s = record.start_hours(job) * 3600.0 / held_record.time_scale
+                wait = held_record.origin + start_s - wall()
+                if wait > 0:
+                    time.sleep(wait)
+                new_state(job_path=Path(job.job_path), job=JobSpec.model_validate(job.job), run_dir=run_dir,
+                          catalog=record.catalog, provider=job.provider, time_scale=held_record.time_scale,
+                          policy=record.policy, chaos=[], plan_path=Path(job.plan_path), use_cache=record.use_cache)
             write_queue_held(run_dir, held_record)  # a resume of this job keeps the queue's windows
-            listener = None if on_event is None else (lambda record: on_event(js.job.name, record))
+            listener = None if on_event is None else (lambda event: on_event(job.name, event))
             with detach.ControllerLock(run_dir).acquire():
-                summary = Controller.open(run_dir, tuning=options.tuning, on_event=listener, held=held).run()
-            results[js.job.name] = {"run_dir": str(run_dir), "status": summary["status"],
-                                    "cost_usd": summary["cost_usd"], "hours": summary["hours"],
-                                    "steps": summary["steps"], "start_slot": js.segments[0].start_slot}
+                summary = Controller.open(run_dir, tuning=tuning, on_event=listener, held=held).run()
+            results[job.name] = outcome | _outcome(run_dir, summary["status"], summary.get("cause"))
         except Exception as exc:  # noqa: BLE001 -- one job failing must not stop the others; reported at the end
             errors.append(exc)
-            results[js.job.name] = {"run_dir": str(run_dir), "status": "failed", "cause": str(exc)}
+            results[job.name] = outcome | {"status": "failed", "cause": str(exc)}
 
-    threads = [threading.Thread(target=one, args=item, name=f"queue-{item[0].job.name}", daemon=True)
-               for item in prepared]
+    threads = [threading.Thread(target=one, args=(job,), name=f"queue-{job.name}", daemon=True)
+               for job in record.jobs]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    out = {"queue": schedule.spec.name, "origin": origin, "jobs": [results[js.job.name] | {"job": js.job.name} for js in order],
+    out = {"queue": held_record.queue, "origin": held_record.origin,
+           "jobs": [results[job.name] | {"job": job.name} for job in record.jobs],
            "status": "completed" if all(r["status"] == "completed" for r in results.values()) else "incomplete"}
     atomic_file.write_text(run_root / QUEUE_FILE, json.dumps(out, indent=2), mode=0o600)
     if errors and not any(r["status"] == "completed" for r in results.values()):
         raise errors[0]
     return out
+
+
+def _outcome(run_dir: Path, status: str, cause: str | None) -> dict[str, Any]:
+    """A job's line of queue.json: its summary's figures where it wrote one."""
+    try:
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        summary = {}
+    out = {"status": status, "cost_usd": summary.get("cost_usd", 0.0), "hours": summary.get("hours", 0.0),
+           "steps": summary.get("steps", 0)}
+    return out | ({"cause": cause} if cause else {})

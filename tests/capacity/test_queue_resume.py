@@ -1,11 +1,15 @@
-"""`planner run --resume` of one job of a queue keeps the queue's held nodes as the queue counted them:
+"""`planner run --resume` of a killed queue finishes it; of one job of a queue, it keeps the queue's held nodes as the queue counted them:
 only inside the reservation's window on the queue's clock, and only while no other process (the
 queue itself, or another resumed job of it) counts them.  Real CLI, local provider, tiny jobs."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,12 +18,14 @@ import pytest
 from planner.cli import main
 from planner.job import load_job
 from pricing.pool import HELD, Pool
+from runtime.control import queue_record
 from runtime.control.detach import ControllerLock, check_free
+from runtime.control.events import read_events
 from runtime.control.held import Window
 from runtime.control.queue_held import QUEUE_HELD_FILE, QueueHeld, read, write
 from runtime.control.run_state import new_state
 from runtime.errors import RuntimeFailure
-from tests.run.helpers import HEADER, digits_entrypoint, processes_of
+from tests.run.helpers import HEADER, REPO, digits_entrypoint, processes_of
 
 STEPS = 20
 TIME_SCALE = 60.0
@@ -133,3 +139,104 @@ def test_the_queue_record_reads_back_and_a_damaged_one_is_named(tmp_path: Path) 
     (tmp_path / QUEUE_HELD_FILE).write_text('{"queue": "q"}')
     with pytest.raises(RuntimeFailure, match=QUEUE_HELD_FILE):
         read(tmp_path)
+
+
+def _queue_job(name: str, submit: float, steps: int, pace: float) -> str:
+    return f"""
+[[job]]
+name = "{name}"
+submit_hours = {submit}
+[job.workload]
+steps = {steps}
+checkpoint_gb = 0.001
+[job.workload.throughput]
+T4 = 0.85
+[job.overheads]
+restart_minutes = 0.1
+[job.constraints]
+deadline_hours = 1.0
+budget_usd = 5
+max_nodes = 1
+[job.run]
+entrypoint = {json.dumps(digits_entrypoint(steps, min_step_seconds=pace))}
+nproc_per_node = 1
+"""
+
+
+def _wait_for(predicate, timeout: float, what: str, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if process.poll() is not None:
+            raise AssertionError(f"the queue exited ({process.returncode}) before {what}")
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_killed_queue_is_finished_by_resuming_its_run_directory(tmp_path: Path) -> None:
+    # a (30 s of paced steps) runs from slot 0 and is killed with its queue once it trains, so its
+    # orphaned node is still training at the resume; b is scheduled
+    # 0.75 h of queue time (45 s here) after the start, so it has not started when the queue dies.
+    b_start_h, steps = 0.75, 600
+    catalog = tmp_path / "catalog.csv"
+    catalog.write_text(HEADER + "\naws,us-east-1,,g4dn.xlarge,T4,1,16,4,16,0.526,0.16,,,0.0,,2026-11-30,test\n")
+    queue = tmp_path / "queue.toml"
+    queue.write_text('name = "q"\nslot_hours = 0.05\nhorizon_slots = 60\n[purchase]\nallow = ["on_demand"]\n'
+                     + _queue_job("a", 0, steps, 0.05) + _queue_job("b", b_start_h, STEPS, 0.0))
+    root = tmp_path / "runs"
+    command = [sys.executable, "-m", "planner.cli", "run", str(queue), "--catalog", str(catalog), "--run-dir",
+               str(root), "--time-scale", str(TIME_SCALE)]
+    with (tmp_path / "queue.log").open("wb") as log:
+        process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    events_a = root / "a" / "events.jsonl"
+    try:
+        _wait_for(lambda: events_a.exists() and any(e["event"] == "training" for e in read_events(events_a)), 120,
+                  "a training", process)
+        os.kill(process.pid, signal.SIGKILL)  # the queue's process alone: a's node keeps running
+        process.wait(10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert not (root / "b").exists(), "b started before its slot"
+    assert not (root / "queue.json").exists()  # the queue never got to write its outcome
+    record = queue_record.read(root)
+    assert [(j.name, j.start_slot) for j in record.jobs] == [("a", 0), ("b", 15)]
+
+    assert main(["run", "--resume", str(root)]) == 0
+    out = json.loads((root / "queue.json").read_text())
+    assert out["status"] == "completed" and out["origin"] == record.held.origin
+    assert [(j["job"], j["status"]) for j in out["jobs"]] == [("a", "completed"), ("b", "completed")]
+    a_events = read_events(root / "a" / "events.jsonl")
+    assert [e["event"] for e in a_events].count("run_resumed") == 1
+    assert [e for e in a_events if e["event"] == "recovered"][0]["stale_nodes"] == ["l-1-n0"]
+    summary_a = json.loads((root / "a" / "summary.json").read_text())
+    assert summary_a["steps"] == steps and summary_a["launches"][0]["outcome"] == "interrupted"
+    assert summary_a["launches"][-1]["outcome"] == "completed"
+    # b ran once, from its slot on the queue's clock (the dead process's origin), not from the resume.
+    b_state = json.loads((root / "b" / "state.json").read_text())
+    assert b_state["origin"] - record.held.origin >= b_start_h * 3600 / TIME_SCALE - 0.05
+    assert json.loads((root / "b" / "summary.json").read_text())["steps"] == STEPS
+    assert read(root / "b") == record.held  # a later resume of b alone counts held nodes as the queue did
+    assert processes_of(str(root)) == []
+
+    # Resuming a finished queue runs nothing again and reports the same outcomes.
+    before = {name: (root / name / "events.jsonl").read_bytes() for name in ("a", "b")}
+    assert main(["run", "--resume", str(root)]) == 0
+    assert {name: (root / name / "events.jsonl").read_bytes() for name in ("a", "b")} == before
+    again = json.loads((root / "queue.json").read_text())
+    assert [(j["job"], j["status"], j["cost_usd"]) for j in again["jobs"]] == \
+        [(j["job"], j["status"], j["cost_usd"]) for j in out["jobs"]]
+
+
+def test_a_queue_resume_with_one_job_flags_or_a_damaged_record_exits_2(tmp_path: Path, capsys) -> None:
+    root = tmp_path / "runs"
+    root.mkdir()
+    (root / queue_record.QUEUE_RUN_FILE).write_text('{"format": 1, "held": {"queue": "q"}}')
+    assert main(["run", "--resume", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert queue_record.QUEUE_RUN_FILE in err and "held" in err and "Traceback" not in err
+    assert main(["run", "--resume", str(root), "--detach"]) == 2
+    err = capsys.readouterr().err
+    assert "--detach" in err and "queue" in err and "Traceback" not in err
