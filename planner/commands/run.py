@@ -229,7 +229,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             console.print(f"times marked 'sim' are simulated ({controller.state.time_scale:g}x real time); "
                           "a notice's own times are wall clock")
         main_thread = threading.current_thread() is threading.main_thread()  # where signals can be handled
-        previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None  # `planner cancel`
+        previous = signal.signal(signal.SIGTERM, detach.on_sigterm) if main_thread else None  # `planner cancel`
         try:
             with view:
                 summary = controller.run()
@@ -252,13 +252,6 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     else:
         _render_summary(summary, console)
     return 0 if summary["status"] == "completed" else EXIT_NOT_COMPLETED
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    from runtime.control.detach import Cancelled
-
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one stop at a time: the release must not be cut short
-    raise Cancelled("stopped by SIGTERM (planner cancel)")
 
 
 def _detach(run_dir: Path, args: argparse.Namespace, console: Console) -> int:

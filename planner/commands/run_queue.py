@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,7 +41,8 @@ def run_queue_command(args: argparse.Namespace, console: Console, tuning: Any) -
     console.print(f"queue run directory: {run_root} (one run directory per job)")
     options = QueueRunOptions(catalog=args.catalog, provider=args.provider, time_scale=args.time_scale,
                               policy=args.policy, use_cache=not args.no_cache, tuning=tuning)
-    return _report(run_queue(result, run_root, options, on_event=_printer(args, console)), args, console)
+    return _report(_stoppable(lambda: run_queue(result, run_root, options, on_event=_printer(args, console))),
+                   run_root, args, console)
 
 
 def resume_queue_command(args: argparse.Namespace, console: Console, tuning: Any) -> int:
@@ -52,7 +55,23 @@ def resume_queue_command(args: argparse.Namespace, console: Console, tuning: Any
         raise PlannerError(f"{args.resume}: is a queue's run directory; {', '.join(refused)} go with one job "
                            f"(resume that job's run directory, {args.resume}/JOB)")
     console.print(f"finishing queue run directory: {args.resume}")
-    return _report(resume_queue(Path(args.resume), tuning, on_event=_printer(args, console)), args, console)
+    run_root = Path(args.resume)
+    return _report(_stoppable(lambda: resume_queue(run_root, tuning, on_event=_printer(args, console))),
+                   run_root, args, console)
+
+
+def _stoppable(run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``run()`` with SIGTERM (`kill`, a scheduler's stop) stopping the queue as Ctrl-C does: every job's
+    controller checkpoints and releases its nodes, and the outcome says "cancelled"."""
+    from runtime.control import detach
+
+    main_thread = threading.current_thread() is threading.main_thread()  # where signals can be handled
+    previous = signal.signal(signal.SIGTERM, detach.on_sigterm) if main_thread else None
+    try:
+        return run()
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _printer(args: argparse.Namespace, console: Console) -> Callable[[str, dict[str, Any]], None]:
@@ -65,7 +84,7 @@ def _printer(args: argparse.Namespace, console: Console) -> Callable[[str, dict[
     return event
 
 
-def _report(out: dict[str, Any], args: argparse.Namespace, console: Console) -> int:
+def _report(out: dict[str, Any], run_root: Path, args: argparse.Namespace, console: Console) -> int:
     from planner.tables import Column, fitted_table
 
     if args.json:
@@ -75,4 +94,8 @@ def _report(out: dict[str, Any], args: argparse.Namespace, console: Console) -> 
                 for j in out["jobs"]]
         console.print(fitted_table([Column("job"), Column("status"), Column("cost", "right"), Column("hours", "right"),
                                     Column("run directory", drop=1)], rows, width=console.width))
+    if out["status"] == "cancelled":
+        console.print(f"stopped ({out['stopped_by']}); continue the queue with `planner run --resume {run_root}`",
+                      soft_wrap=True)  # a command to paste: never broken across lines
+        return 143 if out["stopped_by"] == "SIGTERM" else 130
     return 0 if out["status"] == "completed" else 1

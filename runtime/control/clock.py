@@ -22,11 +22,14 @@ past real time to the same simulated time.
 from __future__ import annotations
 
 import abc
+import threading
 import time
 
 __all__ = [
     "Clock",
     "ManualClock",
+    "StopSignal",
+    "StoppableClock",
     "WallClock",
 ]
 
@@ -101,6 +104,46 @@ class WallClock(Clock):
 
     def sleep(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds))
+
+
+class StopSignal:
+    """A stop that reaches controllers running in threads (Ctrl-C and SIGTERM reach the main thread only)."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.error: KeyboardInterrupt | None = None
+
+    def set(self, error: KeyboardInterrupt) -> None:
+        self.error = error
+        self._event.set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep ``seconds`` or until the stop comes; True when it has."""
+        return self._event.wait(max(0.0, seconds))
+
+
+class StoppableClock(WallClock):
+    """The system clock, whose next sleep after ``stop`` is set raises the stop's KeyboardInterrupt.
+
+    A controller sleeps only through its clock, so the stop lands where Ctrl-C would in the
+    main thread, and the controller cancels as it does on Ctrl-C: the workers checkpoint, the
+    nodes are released, the run ends "cancelled".  It is raised once: the sleeps of that
+    checkpoint-and-release are real ones again.
+    """
+
+    def __init__(self, origin: float, scale: float = 1.0, *, stop: StopSignal):
+        super().__init__(origin, scale)
+        self._stop = stop
+        self._raised = False
+
+    def sleep(self, seconds: float) -> None:
+        if self._raised:
+            time.sleep(max(0.0, seconds))
+        elif self._stop.wait(seconds):
+            self._raised = True
+            error = self._stop.error
+            assert error is not None  # set() sets both
+            raise type(error)(*error.args)  # one instance per thread: a traceback is per raise
 
 
 class ManualClock(Clock):

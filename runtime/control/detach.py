@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -72,6 +73,12 @@ class ControllerAlive(DetachError):
 
 class Cancelled(KeyboardInterrupt):
     """SIGTERM (``planner cancel``) in a controller: handled like Ctrl-C, with its own cause."""
+
+
+def on_sigterm(signum: int, frame: object) -> None:
+    """The SIGTERM handler of a controller's process: raise :class:`Cancelled` in the main thread."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one stop at a time: the release must not be cut short
+    raise Cancelled("stopped by SIGTERM (planner cancel)")
 
 
 class ControllerRecord(BaseModel):

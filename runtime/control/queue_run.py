@@ -42,6 +42,7 @@ from planner.capacity.queue import JobSchedule, QueueSchedule
 from planner.capacity.queue_report import plan_for
 from planner.job import HeldReservation, JobSpec
 from runtime.control import detach, queue_record
+from runtime.control.clock import StopSignal, StoppableClock
 from runtime.control.controller import Controller, Tuning
 from runtime.control.held import Window
 from runtime.control.phases import run_date
@@ -131,6 +132,7 @@ def _run_jobs(record: QueueRunRecord, run_root: Path, tuning: Tuning,
               on_event: Callable[[str, dict[str, Any]], None] | None, wall: Callable[[], float]) -> dict[str, Any]:
     held_record = record.held
     held = held_record.allotment(wall)
+    stop = StopSignal()
     results: dict[str, dict[str, Any]] = {}
     errors: list[Exception] = []
 
@@ -143,35 +145,57 @@ def _run_jobs(record: QueueRunRecord, run_root: Path, tuning: Tuning,
                 if state.status not in ("running", "cancelled"):
                     results[job.name] = outcome | _outcome(run_dir, state.status, state.cause)
                     return
-                reopen_cancelled(run_dir)
+                state = reopen_cancelled(run_dir) or state
             else:
                 start_s = record.start_hours(job) * 3600.0 / held_record.time_scale
-                wait = held_record.origin + start_s - wall()
-                if wait > 0:
-                    time.sleep(wait)
-                new_state(job_path=Path(job.job_path), job=JobSpec.model_validate(job.job), run_dir=run_dir,
-                          catalog=record.catalog, provider=job.provider, time_scale=held_record.time_scale,
-                          policy=record.policy, chaos=[], plan_path=Path(job.plan_path), use_cache=record.use_cache)
+                if stop.wait(held_record.origin + start_s - wall()):
+                    results[job.name] = outcome | {"status": "cancelled", "cause": "stopped before its slot"}
+                    return
+                state = new_state(job_path=Path(job.job_path), job=JobSpec.model_validate(job.job), run_dir=run_dir,
+                                  catalog=record.catalog, provider=job.provider, time_scale=held_record.time_scale,
+                                  policy=record.policy, chaos=[], plan_path=Path(job.plan_path),
+                                  use_cache=record.use_cache)
             write_queue_held(run_dir, held_record)  # a resume of this job keeps the queue's windows
             listener = None if on_event is None else (lambda event: on_event(job.name, event))
+            clock = StoppableClock(state.origin, state.time_scale, stop=stop)
             with detach.ControllerLock(run_dir).acquire():
-                summary = Controller.open(run_dir, tuning=tuning, on_event=listener, held=held).run()
+                summary = Controller.open(run_dir, tuning=tuning, on_event=listener, held=held, clock=clock).run()
             results[job.name] = outcome | _outcome(run_dir, summary["status"], summary.get("cause"))
+        except KeyboardInterrupt as exc:  # the queue was stopped: the controller checkpointed and released
+            results[job.name] = outcome | _outcome(run_dir, "cancelled", str(exc))
         except Exception as exc:  # noqa: BLE001 -- one job failing must not stop the others; reported at the end
             errors.append(exc)
             results[job.name] = outcome | {"status": "failed", "cause": str(exc)}
 
-    threads = [threading.Thread(target=one, args=(job,), name=f"queue-{job.name}", daemon=True)
-               for job in record.jobs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    done = {job.name: threading.Event() for job in record.jobs}
+
+    def run_one(job: JobToRun) -> None:
+        try:
+            one(job)
+        finally:
+            done[job.name].set()
+
+    for job in record.jobs:
+        threading.Thread(target=run_one, args=(job,), name=f"queue-{job.name}", daemon=True).start()
+    interrupted: KeyboardInterrupt | None = None
+    for event in done.values():
+        # Not Thread.join(): on Python 3.11 a signal that interrupts it marks a live thread stopped (bpo-45274).
+        while not event.is_set():
+            try:
+                event.wait(0.5)
+            except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM, in this (the main) thread only
+                if interrupted is None:  # every controller stops at its next sleep, as one run does on Ctrl-C
+                    interrupted = exc
+                    stop.set(exc if exc.args else KeyboardInterrupt("interrupted (Ctrl-C)"))
+                # a second one waits too: leaving now would leave the nodes up and billed
     out = {"queue": held_record.queue, "origin": held_record.origin,
            "jobs": [results[job.name] | {"job": job.name} for job in record.jobs],
            "status": "completed" if all(r["status"] == "completed" for r in results.values()) else "incomplete"}
+    if interrupted is not None:
+        stopped_by = "SIGTERM" if isinstance(interrupted, detach.Cancelled) else "SIGINT"
+        out |= {"status": "cancelled", "stopped_by": stopped_by}
     atomic_file.write_text(run_root / QUEUE_FILE, json.dumps(out, indent=2), mode=0o600)
-    if errors and not any(r["status"] == "completed" for r in results.values()):
+    if errors and interrupted is None and not any(r["status"] == "completed" for r in results.values()):
         raise errors[0]
     return out
 

@@ -1,6 +1,7 @@
-"""`planner run --resume` of a killed queue finishes it; of one job of a queue, it keeps the queue's held nodes as the queue counted them:
-only inside the reservation's window on the queue's clock, and only while no other process (the
-queue itself, or another resumed job of it) counts them.  Real CLI, local provider, tiny jobs."""
+"""`planner run --resume` of a queue that was killed or stopped (SIGTERM) finishes it; of one job of a
+queue, it keeps the queue's held nodes as the queue counted them: only inside the reservation's window
+on the queue's clock, and only while no other process (the queue itself, or another resumed job of it)
+counts them.  Real CLI, local provider, tiny jobs."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 from planner.cli import main
 from planner.job import load_job
 from pricing.pool import HELD, Pool
+from runtime.accounting.ledger import Ledger
 from runtime.control import queue_record
 from runtime.control.detach import ControllerLock, check_free
 from runtime.control.events import read_events
@@ -25,6 +27,7 @@ from runtime.control.held import Window
 from runtime.control.queue_held import QUEUE_HELD_FILE, QueueHeld, read, write
 from runtime.control.run_state import new_state
 from runtime.errors import RuntimeFailure
+from runtime.training.store import CheckpointStore
 from tests.run.helpers import HEADER, REPO, digits_entrypoint, processes_of
 
 STEPS = 20
@@ -228,6 +231,57 @@ def test_a_killed_queue_is_finished_by_resuming_its_run_directory(tmp_path: Path
     again = json.loads((root / "queue.json").read_text())
     assert [(j["job"], j["status"], j["cost_usd"]) for j in again["jobs"]] == \
         [(j["job"], j["status"], j["cost_usd"]) for j in out["jobs"]]
+
+
+def test_sigterm_stops_every_job_of_a_queue_at_a_checkpoint_and_the_resume_finishes_it(tmp_path: Path) -> None:
+    # The queue's controllers run in threads, which a signal never reaches: SIGTERM must still make
+    # a (training) checkpoint and release its node, and b (waiting for its slot) give up waiting,
+    # rather than the process dying with a's node up and billed.
+    b_start_h, steps = 0.75, 600
+    catalog = tmp_path / "catalog.csv"
+    catalog.write_text(HEADER + "\naws,us-east-1,,g4dn.xlarge,T4,1,16,4,16,0.526,0.16,,,0.0,,2026-11-30,test\n")
+    queue = tmp_path / "queue.toml"
+    queue.write_text('name = "q"\nslot_hours = 0.05\nhorizon_slots = 60\n[purchase]\nallow = ["on_demand"]\n'
+                     + _queue_job("a", 0, steps, 0.05) + _queue_job("b", b_start_h, STEPS, 0.0))
+    root = tmp_path / "runs"
+    command = [sys.executable, "-m", "planner.cli", "run", str(queue), "--catalog", str(catalog), "--run-dir",
+               str(root), "--time-scale", str(TIME_SCALE)]
+    events_a = root / "a" / "events.jsonl"
+    with (tmp_path / "queue.log").open("wb") as log:
+        process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait_for(lambda: events_a.exists() and any(e["event"] == "training" for e in read_events(events_a)), 120,
+                  "a training", process)
+        process.send_signal(signal.SIGTERM)
+        rc = process.wait(90)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    log_text = (tmp_path / "queue.log").read_text()
+    assert rc == 143, log_text
+    assert "Traceback" not in log_text and f"planner run --resume {root}" in log_text
+    assert processes_of(str(root)) == []  # a's node was released, not left running
+    out = json.loads((root / "queue.json").read_text())
+    assert out["status"] == "cancelled" and out["stopped_by"] == "SIGTERM"
+    assert [(j["job"], j["status"]) for j in out["jobs"]] == [("a", "cancelled"), ("b", "cancelled")]
+    assert not (root / "b").exists()  # stopped while it waited for its slot
+    state_a = json.loads((root / "a" / "state.json").read_text())
+    assert state_a["status"] == "cancelled" and "SIGTERM" in state_a["cause"]
+    with Ledger(root / "a") as ledger:
+        assert not ledger.open_intervals()  # a's node is billed up to its release, and no further
+    checkpoint = CheckpointStore(str(root / "a" / "ckpt")).latest_step()
+    assert checkpoint is not None and 0 < checkpoint < steps  # asked to checkpoint, and it did
+
+    assert main(["run", "--resume", str(root)]) == 0
+    out = json.loads((root / "queue.json").read_text())
+    assert out["status"] == "completed"
+    assert [(j["job"], j["status"]) for j in out["jobs"]] == [("a", "completed"), ("b", "completed")]
+    summary_a = json.loads((root / "a" / "summary.json").read_text())
+    assert summary_a["steps"] == steps and summary_a["launches"][-1]["start_step"] == checkpoint
+    b_state = json.loads((root / "b" / "state.json").read_text())
+    assert b_state["origin"] - out["origin"] >= b_start_h * 3600 / TIME_SCALE - 0.05
+    assert processes_of(str(root)) == []
 
 
 def test_a_queue_resume_with_one_job_flags_or_a_damaged_record_exits_2(tmp_path: Path, capsys) -> None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from planner.cli import main
 from runtime.accounting.ledger import Ledger
-from runtime.control.clock import ManualClock
+from runtime.control.clock import ManualClock, StopSignal, StoppableClock
+from runtime.control.detach import Cancelled
 from runtime.control.events import read_events
 from tests.run.helpers import digits_entrypoint, write_catalog, write_job
 
@@ -52,3 +54,19 @@ def test_a_simulated_local_run_bills_no_host_start_up(tmp_path: Path) -> None:
     with Ledger(run_dir) as ledger:
         (interval,) = ledger.intervals()
     assert interval.start == pytest.approx(up["t"])
+
+
+def test_a_stoppable_clock_raises_the_stop_once_in_each_thread_then_sleeps_for_real() -> None:
+    stop = StopSignal()
+    clocks = [StoppableClock(1_800_000_000.0, 60.0, stop=stop) for _ in range(2)]
+    started = time.monotonic()
+    clocks[0].sleep(0.05)  # no stop yet: a real sleep
+    assert time.monotonic() - started >= 0.05
+    stop.set(Cancelled("stopped by SIGTERM (planner cancel)"))
+    for clock in clocks:
+        with pytest.raises(Cancelled, match="SIGTERM") as raised:
+            clock.sleep(10.0)  # ends at once: the stop is already there
+        assert raised.value is not stop.error  # one exception per raise, as threads each get their own
+    started = time.monotonic()
+    clocks[0].sleep(0.05)  # the cancel's own waits (the workers' checkpoint) are real sleeps again
+    assert time.monotonic() - started >= 0.05
