@@ -1,0 +1,157 @@
+"""Following one launch to its end: the poll loop (training started, notices, the phase's end, nodes
+that went down, a start-up that never trains), its heartbeat (billing, alerts, the budget cap) and
+the release of its nodes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pricing.pool import CLUSTER
+from runtime.accounting import alerts, forecast
+from runtime.control import planning
+from runtime.control.launch_end import LaunchEnd, classify
+from runtime.control.run_state import LaunchRecord
+from runtime.providers.base import Node, NodeState
+from runtime.providers.notices import INTERRUPTION, Notice
+
+if TYPE_CHECKING:
+    from runtime.control.controller import Controller
+
+HEARTBEAT_S = 1.0
+
+
+def follow(controller: Controller, record: LaunchRecord, nodes: list[Node]) -> LaunchEnd:
+    """Poll the launch until it ends, release its nodes and say how it ended."""
+    provider, clock, events, workers, tuning = (controller.provider, controller.clock, controller.events,
+                                                controller.workers, controller.tuning)
+    started = clock.monotonic()
+    last_beat = float("-inf")
+    stop_sent: str | None = None
+    reported: set[tuple[str, str]] = set()
+    notice: tuple[Node, Notice] | None = None
+    ending_since: float | None = None
+    budget_stop = False
+    phase_end_at = planning.phase_end_at(controller, record)
+    phase_end = False
+    while True:
+        statuses = provider.poll(nodes)
+        if record.training_at is None:
+            status = workers.status(record.launch_id)
+            if status is not None and status.state == "running":
+                clock.resume()
+                record.training_at = clock.sim(status.updated_at)
+                record.training_step = status.step
+                events.emit("training", launch=record.launch_id, step=status.step, world_size=status.world_size)
+                controller.save()
+                provider.training_started(nodes)
+        for node in nodes:
+            seen = provider.interruption_notice(node)
+            if seen is None or (node.id, seen.kind) in reported:
+                continue
+            reported.add((node.id, seen.kind))
+            events.emit("notice", node=node.id, cloud=seen.cloud, kind=seen.kind, action=seen.action,
+                        detail=seen.detail)
+            if seen.kind == INTERRUPTION and stop_sent is None:
+                notice = (node, seen)
+                stop_sent = workers.request("stop", f"{seen.cloud} interruption notice for {node.id}")
+            elif seen.kind != INTERRUPTION and stop_sent is None:
+                workers.request("checkpoint", f"{seen.cloud} {seen.kind} for {node.id}")
+        now = clock.monotonic()
+        if now - last_beat >= HEARTBEAT_S:
+            last_beat = now
+            cap = _heartbeat(controller, record, nodes)
+            if cap is not None and cap.stop_now and stop_sent is None:
+                budget_stop = True
+                stop_sent = workers.request("stop", "budget cap: checkpoint and stop before overspending")
+            elif cap is not None and budget_stop and cap.release_now:
+                events.emit("budget_release", reason="the checkpoint did not commit in time: release "
+                            "without it to stay under the budget", spent_usd=round(cap.spent_usd, 4))
+                break
+        if stop_sent is None and record.training_at is not None \
+                and (why := planning.phase_over(controller, record, phase_end_at)):
+            phase_end = True
+            stop_sent = workers.request("stop", f"{record.pool.id}: its phase of the plan ends ({why}): "
+                                                "checkpoint and move on")
+        if stop_sent is not None and workers.state(record.launch_id) == "preempted":
+            break  # the checkpoint is committed: release now rather than pay for the workers' teardown
+        ended = any(st.state in (NodeState.EXITED, NodeState.RECLAIMED) for st in statuses)
+        running = any(st.state is NodeState.RUNNING for st in statuses)
+        if ended and ending_since is None:
+            ending_since = now
+        if ended and (not running or now - ending_since > tuning.shutdown_timeout_s):
+            break  # a node that ended takes the job down with it: the others get a grace period
+        limit = tuning.rdzv_timeout_s + tuning.startup_grace_s
+        if record.training_at is None and now - started > limit:
+            release(controller, record, nodes, reason="startup timeout")
+            return classify(controller, record, statuses, reclaimed=False, budget_stop=False, notice=None,
+                            failure=f"the launch did not start training within {limit:.0f}s "
+                                    "(a stuck rendezvous or a hung start-up)")
+        clock.sleep(tuning.poll_s)
+    reclaimed = any(s.state is NodeState.RECLAIMED for s in statuses)
+    if notice is not None and not reclaimed:
+        node, seen = notice
+        provider.acknowledge(node, seen)  # Azure: evict now, the checkpoint is safe
+    release(controller, record, nodes, reason="preempted" if notice or reclaimed else
+            "phase end" if phase_end else "launch ended")
+    return classify(controller, record, statuses, reclaimed=reclaimed, budget_stop=budget_stop, notice=notice,
+                    phase_end=phase_end)
+
+
+def _heartbeat(controller: Controller, record: LaunchRecord, nodes: list[Node]) -> forecast.CapDecision | None:
+    """Bill the nodes up to now, send due alerts, refresh the display; the cap's decision (None: no budget)."""
+    clock, spend, ledger, job = controller.clock, controller.spend, controller.ledger, controller.job
+    beat = clock.monotonic()
+    if controller.last_beat is not None:
+        controller.stop_timings.saw_gap((beat - controller.last_beat) * controller.state.time_scale / 3600)
+    controller.last_beat = beat
+    now = clock.now()
+    spend.bill_until(record, nodes, now)
+    fc = spend.forecast()
+    alerts.dispatch(controller.alert_policy, ledger, controller.outbox, fc, now=now)
+    if job.tracking.enabled:
+        spend.write_meter(controller.work_dir, record, fc, now)
+    if controller.on_progress is not None:
+        controller.on_progress(spend.progress(record, fc))
+    budget = job.constraints.budget_usd
+    if budget is None:
+        return None
+    snap = ledger.snapshot(now=now)
+    timings, scale = controller.stop_timings, controller.state.time_scale
+    cap = forecast.cap_decision(
+        spent_usd=snap.total_usd, burn_usd_per_hour=snap.burn_usd_per_hour, budget_usd=budget,
+        # Past the shutdown timeout the provider kills the workers, and so does the cap (release_now).
+        bound_hours=controller.tuning.shutdown_timeout_s * scale / 3600,
+        heartbeat_gap_hours=max(timings.heartbeat_gap_hours, HEARTBEAT_S * scale / 3600),
+        stop_hours=timings.stop_hours, release_hours=timings.release_hours,
+    )
+    if cap.stop_now:
+        controller.events.emit("budget_cap", reason=cap.reason, spent_usd=round(snap.total_usd, 4),
+                               reserve_usd=round(cap.reserve_usd, 4), measured=cap.measured)
+    return cap
+
+
+def release(controller: Controller, record: LaunchRecord, nodes: list[Node], *, reason: str) -> None:
+    """Terminate the launch's nodes and stop billing them (idempotent)."""
+    if record.released_at is not None:
+        return
+    state, clock = controller.state, controller.clock
+    # What a stop really takes on this machine, for the budget cap (see _heartbeat).
+    stop_hours = controller.workers.stop_hours(record.launch_id)
+    if stop_hours is not None:
+        controller.stop_timings.saw_stop(stop_hours)
+    began = clock.now()
+    controller.provider.terminate(nodes, grace_s=controller.tuning.shutdown_timeout_s)
+    controller.held_lease.give_back()
+    end = clock.now()
+    for node in nodes:
+        controller.spend.stop_billing(record, node, end, reason)
+    controller.stop_timings.saw_release((end - began) / 3600)
+    controller.last_beat = None  # the next launch's first heartbeat gap starts at its own first beat
+    record.released_at = end
+    state.active = False
+    if record.pool.purchase in ("spot", CLUSTER):
+        # A spot pool's exposure (its interruption rate's) and a cluster's hours against its max_hours.
+        # Not other purchases: an on-demand or held pool's id is a zoneless (Azure) spot pool's too.
+        pool_id = record.pool.id
+        state.pool_hours[pool_id] = state.pool_hours.get(pool_id, 0.0) + record.hours(end)
+    controller.save()
