@@ -6,7 +6,6 @@ counts them.  Real CLI, local provider, tiny jobs."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess
@@ -28,7 +27,7 @@ from runtime.control.queue_held import QUEUE_HELD_FILE, QueueHeld, read, write
 from runtime.control.run_state import new_state
 from runtime.errors import RuntimeFailure
 from runtime.training.store import CheckpointStore
-from tests.run.helpers import HEADER, REPO, digits_entrypoint, processes_of
+from tests.run.helpers import HEADER, REPO, digits_entrypoint, processes_of, queue_job_toml, wait_for
 
 STEPS = 20
 TIME_SCALE = 60.0
@@ -144,64 +143,42 @@ def test_the_queue_record_reads_back_and_a_damaged_one_is_named(tmp_path: Path) 
         read(tmp_path)
 
 
-def _queue_job(name: str, submit: float, steps: int, pace: float) -> str:
-    return f"""
-[[job]]
-name = "{name}"
-submit_hours = {submit}
-[job.workload]
-steps = {steps}
-checkpoint_gb = 0.001
-[job.workload.throughput]
-T4 = 0.85
-[job.overheads]
-restart_minutes = 0.1
-[job.constraints]
-deadline_hours = 1.0
-budget_usd = 5
-max_nodes = 1
-[job.run]
-entrypoint = {json.dumps(digits_entrypoint(steps, min_step_seconds=pace))}
-nproc_per_node = 1
-"""
+B_START_H, A_STEPS = 0.75, 600
 
 
-def _wait_for(predicate, timeout: float, what: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        if process.poll() is not None:
-            raise AssertionError(f"the queue exited ({process.returncode}) before {what}")
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+def _start_queue(tmp_path: Path) -> tuple[Path, subprocess.Popen]:
+    """`planner run` of a queue in its own process, returned once its job a trains.
 
-
-def test_a_killed_queue_is_finished_by_resuming_its_run_directory(tmp_path: Path) -> None:
-    # a (30 s of paced steps) runs from slot 0 and is killed with its queue once it trains, so its
-    # orphaned node is still training at the resume; b is scheduled
-    # 0.75 h of queue time (45 s here) after the start, so it has not started when the queue dies.
-    b_start_h, steps = 0.75, 600
+    a (30 s of paced steps) runs from slot 0, so it is still training for a while after that;
+    b is scheduled B_START_H of queue time (45 s here) after the start, so it is still waiting."""
     catalog = tmp_path / "catalog.csv"
     catalog.write_text(HEADER + "\naws,us-east-1,,g4dn.xlarge,T4,1,16,4,16,0.526,0.16,,,0.0,,2026-11-30,test\n")
     queue = tmp_path / "queue.toml"
     queue.write_text('name = "q"\nslot_hours = 0.05\nhorizon_slots = 60\n[purchase]\nallow = ["on_demand"]\n'
-                     + _queue_job("a", 0, steps, 0.05) + _queue_job("b", b_start_h, STEPS, 0.0))
+                     + queue_job_toml("a", 0, steps=A_STEPS, deadline_hours=1.0, min_step_seconds=0.05)
+                     + queue_job_toml("b", B_START_H, steps=STEPS, deadline_hours=1.0))
     root = tmp_path / "runs"
     command = [sys.executable, "-m", "planner.cli", "run", str(queue), "--catalog", str(catalog), "--run-dir",
                str(root), "--time-scale", str(TIME_SCALE)]
+    events_a = root / "a" / "events.jsonl"
     with (tmp_path / "queue.log").open("wb") as log:
         process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-    events_a = root / "a" / "events.jsonl"
     try:
-        _wait_for(lambda: events_a.exists() and any(e["event"] == "training" for e in read_events(events_a)), 120,
-                  "a training", process)
-        os.kill(process.pid, signal.SIGKILL)  # the queue's process alone: a's node keeps running
+        wait_for(lambda: events_a.exists() and any(e["event"] == "training" for e in read_events(events_a)), 120,
+                 "a training", process)
+    except BaseException:
+        process.kill()
         process.wait(10)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
+        raise
+    return root, process
+
+
+def test_a_killed_queue_is_finished_by_resuming_its_run_directory(tmp_path: Path) -> None:
+    # a is killed with its queue while it trains, so its orphaned node is still training at the
+    # resume; b has not started when the queue dies.
+    root, process = _start_queue(tmp_path)
+    process.kill()  # SIGKILL, the queue's process alone: a's node keeps running
+    process.wait(10)
     assert not (root / "b").exists(), "b started before its slot"
     assert not (root / "queue.json").exists()  # the queue never got to write its outcome
     record = queue_record.read(root)
@@ -215,11 +192,11 @@ def test_a_killed_queue_is_finished_by_resuming_its_run_directory(tmp_path: Path
     assert [e["event"] for e in a_events].count("run_resumed") == 1
     assert [e for e in a_events if e["event"] == "recovered"][0]["stale_nodes"] == ["l-1-n0"]
     summary_a = json.loads((root / "a" / "summary.json").read_text())
-    assert summary_a["steps"] == steps and summary_a["launches"][0]["outcome"] == "interrupted"
+    assert summary_a["steps"] == A_STEPS and summary_a["launches"][0]["outcome"] == "interrupted"
     assert summary_a["launches"][-1]["outcome"] == "completed"
     # b ran once, from its slot on the queue's clock (the dead process's origin), not from the resume.
     b_state = json.loads((root / "b" / "state.json").read_text())
-    assert b_state["origin"] - record.held.origin >= b_start_h * 3600 / TIME_SCALE - 0.05
+    assert b_state["origin"] - record.held.origin >= B_START_H * 3600 / TIME_SCALE - 0.05
     assert json.loads((root / "b" / "summary.json").read_text())["steps"] == STEPS
     assert read(root / "b") == record.held  # a later resume of b alone counts held nodes as the queue did
     assert processes_of(str(root)) == []
@@ -237,21 +214,8 @@ def test_sigterm_stops_every_job_of_a_queue_at_a_checkpoint_and_the_resume_finis
     # The queue's controllers run in threads, which a signal never reaches: SIGTERM must still make
     # a (training) checkpoint and release its node, and b (waiting for its slot) give up waiting,
     # rather than the process dying with a's node up and billed.
-    b_start_h, steps = 0.75, 600
-    catalog = tmp_path / "catalog.csv"
-    catalog.write_text(HEADER + "\naws,us-east-1,,g4dn.xlarge,T4,1,16,4,16,0.526,0.16,,,0.0,,2026-11-30,test\n")
-    queue = tmp_path / "queue.toml"
-    queue.write_text('name = "q"\nslot_hours = 0.05\nhorizon_slots = 60\n[purchase]\nallow = ["on_demand"]\n'
-                     + _queue_job("a", 0, steps, 0.05) + _queue_job("b", b_start_h, STEPS, 0.0))
-    root = tmp_path / "runs"
-    command = [sys.executable, "-m", "planner.cli", "run", str(queue), "--catalog", str(catalog), "--run-dir",
-               str(root), "--time-scale", str(TIME_SCALE)]
-    events_a = root / "a" / "events.jsonl"
-    with (tmp_path / "queue.log").open("wb") as log:
-        process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    root, process = _start_queue(tmp_path)
     try:
-        _wait_for(lambda: events_a.exists() and any(e["event"] == "training" for e in read_events(events_a)), 120,
-                  "a training", process)
         process.send_signal(signal.SIGTERM)
         rc = process.wait(90)
     finally:
@@ -271,16 +235,16 @@ def test_sigterm_stops_every_job_of_a_queue_at_a_checkpoint_and_the_resume_finis
     with Ledger(root / "a") as ledger:
         assert not ledger.open_intervals()  # a's node is billed up to its release, and no further
     checkpoint = CheckpointStore(str(root / "a" / "ckpt")).latest_step()
-    assert checkpoint is not None and 0 < checkpoint < steps  # asked to checkpoint, and it did
+    assert checkpoint is not None and 0 < checkpoint < A_STEPS  # asked to checkpoint, and it did
 
     assert main(["run", "--resume", str(root)]) == 0
     out = json.loads((root / "queue.json").read_text())
     assert out["status"] == "completed"
     assert [(j["job"], j["status"]) for j in out["jobs"]] == [("a", "completed"), ("b", "completed")]
     summary_a = json.loads((root / "a" / "summary.json").read_text())
-    assert summary_a["steps"] == steps and summary_a["launches"][-1]["start_step"] == checkpoint
+    assert summary_a["steps"] == A_STEPS and summary_a["launches"][-1]["start_step"] == checkpoint
     b_state = json.loads((root / "b" / "state.json").read_text())
-    assert b_state["origin"] - out["origin"] >= b_start_h * 3600 / TIME_SCALE - 0.05
+    assert b_state["origin"] - out["origin"] >= B_START_H * 3600 / TIME_SCALE - 0.05
     assert processes_of(str(root)) == []
 
 

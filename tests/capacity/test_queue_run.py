@@ -11,7 +11,7 @@ import pytest
 
 from planner.cli import main
 from runtime.control.queue_held import read as read_queue_held
-from tests.run.helpers import HEADER, digits_entrypoint, processes_of
+from tests.run.helpers import HEADER, processes_of, queue_job_toml
 
 pytestmark = pytest.mark.ddp
 
@@ -22,25 +22,7 @@ DEADLINE = 1.0  # hours: a tiny job's start-up on a busy machine is a minute of 
 
 
 def _job(name: str, submit: float) -> str:
-    return f"""
-[[job]]
-name = "{name}"
-submit_hours = {submit}
-[job.workload]
-steps = {STEPS}
-checkpoint_gb = 0.001
-[job.workload.throughput]
-T4 = 0.85
-[job.overheads]
-restart_minutes = 0.1
-[job.constraints]
-deadline_hours = {DEADLINE}
-budget_usd = 5
-max_nodes = 1
-[job.run]
-entrypoint = {json.dumps(digits_entrypoint(STEPS))}
-nproc_per_node = 1
-"""
+    return queue_job_toml(name, submit, steps=STEPS, deadline_hours=DEADLINE)
 
 
 def test_a_queue_runs_each_job_through_its_own_controller_as_scheduled(tmp_path: Path) -> None:

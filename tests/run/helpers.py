@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -158,3 +161,39 @@ def uninterrupted_tensors(tmp_root: Path, *, steps: int, nproc: int) -> dict[str
         assert main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(tmp_root / "run")]) == 0
         _UNINTERRUPTED[key] = final_tensors(tmp_root / "run" / "ckpt")
     return _UNINTERRUPTED[key]
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str, process: subprocess.Popen) -> None:
+    """Poll ``predicate`` until it holds; fail when ``process`` exits first or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if process.poll() is not None:
+            raise AssertionError(f"the process exited ({process.returncode}) before {what}")
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def queue_job_toml(name: str, submit: float, *, steps: int, deadline_hours: float,
+                   min_step_seconds: float = 0.0) -> str:
+    """A ``[[job]]`` of a queue file: a digits run of ``steps`` on one T4 node."""
+    return f"""
+[[job]]
+name = "{name}"
+submit_hours = {submit}
+[job.workload]
+steps = {steps}
+checkpoint_gb = 0.001
+[job.workload.throughput]
+T4 = 0.85
+[job.overheads]
+restart_minutes = 0.1
+[job.constraints]
+deadline_hours = {deadline_hours}
+budget_usd = 5
+max_nodes = 1
+[job.run]
+entrypoint = {json.dumps(digits_entrypoint(steps, min_step_seconds=min_step_seconds))}
+nproc_per_node = 1
+"""

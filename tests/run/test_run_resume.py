@@ -20,6 +20,7 @@ from tests.run.helpers import (
     REPO,
     digits_entrypoint,
     processes_of,
+    wait_for,
     write_catalog,
     write_job,
 )
@@ -27,17 +28,6 @@ from tests.run.helpers import (
 pytestmark = pytest.mark.ddp
 
 STEPS = 1000
-
-
-def _wait_for(predicate, timeout: float, what: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        if process.poll() is not None:
-            raise AssertionError(f"the controller exited ({process.returncode}) before {what}")
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_resume_after_sigkill_finishes_without_double_billing(tmp_path: Path) -> None:
@@ -50,9 +40,9 @@ def test_resume_after_sigkill_finishes_without_double_billing(tmp_path: Path) ->
         controller = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     store = CheckpointStore(str(run_dir / "ckpt"))
     try:
-        _wait_for(lambda: any(e["event"] == "training" for e in read_events(run_dir / "events.jsonl")), 90,
+        wait_for(lambda: any(e["event"] == "training" for e in read_events(run_dir / "events.jsonl")), 90,
                   "training started", controller)
-        _wait_for(lambda: (store.latest_step() or 0) > 0, 30, "a checkpoint", controller)
+        wait_for(lambda: (store.latest_step() or 0) > 0, 30, "a checkpoint", controller)
         os.kill(controller.pid, signal.SIGKILL)  # the controller alone: its nodes keep running, and billing
         controller.wait(10)
     finally:
