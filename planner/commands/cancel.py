@@ -1,4 +1,4 @@
-"""`planner cancel RUN_DIR`: stop a run cleanly (checkpoint, release every node, summary).
+"""`planner cancel RUN_DIR`: stop a run (or a whole queue) cleanly (checkpoint, release every node, summary).
 
 A live controller gets SIGTERM -- only the process recorded in ``RUN_DIR/controller.json``,
 verified by its pid *and* start time -- and stops as on Ctrl-C; this command waits until
@@ -13,6 +13,7 @@ import argparse
 import json
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -25,7 +26,9 @@ another terminal) is sent SIGTERM -- the process recorded in RUN_DIR/controller.
 checked by pid and start time, never by name -- and handles it like Ctrl-C; cancel waits
 (up to --timeout) until it is done. If the controller is gone (killed, machine rebooted),
 cancel releases the nodes it left itself. Continue a cancelled run later with
-`planner run --resume RUN_DIR`. See docs/run.md."""
+`planner run --resume RUN_DIR`. A queue's run directory (`planner run QUEUE.toml`) stops
+the whole queue: every job checkpoints and releases its nodes; `planner run --resume`
+of that directory finishes it. See docs/run.md and docs/capacity.md."""
 
 EXIT_NOT_STOPPED = 1
 LOCK_WAIT_S = 15.0
@@ -35,7 +38,8 @@ PROGRESS_EVERY_S = 5.0
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("cancel", help="stop a run cleanly: checkpoint, release its nodes, write the summary",
                               description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="the run directory `planner run` printed")
+    p.add_argument("run_dir", metavar="RUN_DIR", type=Path,
+                   help="the run directory `planner run` printed (a queue's: every job of the queue)")
     p.add_argument("--timeout", type=_positive, default=300.0, metavar="SECONDS",
                    help="how long to wait for the controller to stop (default 300; it goes on stopping after)")
     p.set_defaults(handler=handle)
@@ -52,7 +56,11 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     from runtime.control import detach
     from runtime.control.run_state import load_state
 
+    from runtime.control.queue_record import is_queue_run
+
     run_dir: Path = args.run_dir
+    if is_queue_run(run_dir):
+        return _cancel_queue(run_dir, args.timeout, console)
     state = load_state(run_dir)
     if state.status != "running":
         console.print(f"{escape(str(run_dir))}: the run already ended ({state.status}); nothing to cancel.",
@@ -67,7 +75,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if live.alive and live.record is not None and detach.signal_controller(live.record, signal.SIGTERM):
         console.print(f"asked the controller (pid {live.record.pid}) to stop: the workers checkpoint, then every "
                       "node is released", soft_wrap=True)
-        if not _wait(run_dir, live.record, args.timeout, console):
+        if not _wait(live.record, args.timeout, console, lambda: _last_event(run_dir)):
             console.print(f"[red]the controller (pid {live.record.pid}) has not stopped after {args.timeout:g} s[/]; "
                           f"it goes on stopping. Watch it with `planner logs {escape(str(run_dir))} --follow`, or "
                           "cancel again later.")
@@ -80,7 +88,43 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _wait(run_dir: Path, record, timeout_s: float, console: Console) -> bool:
+def _cancel_queue(run_root: Path, timeout_s: float, console: Console) -> int:
+    """`planner cancel QUEUE_RUN`: SIGTERM the queue's process, which stops every job at a checkpoint
+    (runtime.control.queue_run); then end here each job still "running" (the process was gone, or
+    died while it stopped) as for one run whose controller is gone."""
+    from runtime.control import detach, queue_record
+    from runtime.control.run_state import STATE_FILE, load_state
+
+    record = queue_record.read(run_root)
+    live = detach.liveness(run_root)
+    if live.record is not None and live.other_host:
+        raise detach.DetachError(f"{run_root}: its queue runs on {live.record.host} (pid {live.record.pid}); run "
+                                 "`planner cancel` there.")
+    started = [job.name for job in record.jobs if (run_root / job.name / STATE_FILE).exists()]
+    if live.alive and live.record is not None and detach.signal_controller(live.record, signal.SIGTERM):
+        console.print(f"asked the queue (pid {live.record.pid}) to stop: every job's workers checkpoint, then "
+                      "their nodes are released", soft_wrap=True)
+        def progress() -> str:
+            return "; ".join(f"{name}: {_last_event(run_root / name)}" for name in started)
+
+        if not _wait(live.record, timeout_s, console, progress):
+            console.print(f"[red]the queue (pid {live.record.pid}) has not stopped after {timeout_s:g} s[/]; it goes "
+                          "on stopping. Cancel again later.")
+            return EXIT_NOT_STOPPED
+        started = [job.name for job in record.jobs if (run_root / job.name / STATE_FILE).exists()]
+    for name in started:
+        if load_state(run_root / name).status == "running":
+            _end_orphan(run_root / name, console)
+    for job in record.jobs:
+        if job.name in started:
+            _outcome(run_root / job.name, console, hint=False)
+        else:
+            console.print(f"{escape(job.name)}: not started", soft_wrap=True)
+    console.print(f"continue the queue with `planner run --resume {escape(str(run_root))}`", soft_wrap=True)
+    return 0
+
+
+def _wait(record, timeout_s: float, console: Console, describe: Callable[[], str]) -> bool:
     """Wait until the controller has exited, saying what it does every few seconds; False on timeout.
 
     Its summary comes before its exit (the alert outbox is flushed last): cancel returns only
@@ -96,7 +140,7 @@ def _wait(run_dir: Path, record, timeout_s: float, console: Console) -> bool:
             return False
         if now - said >= PROGRESS_EVERY_S:
             said = now
-            console.print(f"  stopping ({now - began:.0f} s): {escape(_last_event(run_dir))}")
+            console.print(f"  stopping ({now - began:.0f} s): {escape(describe())}")
         time.sleep(0.2)
     return True
 
@@ -131,7 +175,7 @@ def _end_orphan(run_dir: Path, console: Console) -> None:
         Controller.open(run_dir).cancel("cancelled (planner cancel; its controller was gone)")
 
 
-def _outcome(run_dir: Path, console: Console) -> None:
+def _outcome(run_dir: Path, console: Console, *, hint: bool = True) -> None:
     from runtime.control.run_state import load_state
 
     state = load_state(run_dir)
@@ -142,5 +186,5 @@ def _outcome(run_dir: Path, console: Console) -> None:
     cost = f", ${summary['cost_usd']:,.4f} spent" if "cost_usd" in summary else ""
     console.print(f"{escape(str(run_dir))}: {state.status} at step {state.steps}{cost}; every node released.",
                   soft_wrap=True)
-    if state.status == "cancelled":
+    if hint and state.status == "cancelled":
         console.print(f"continue it with `planner run --resume {escape(str(run_dir))}`", soft_wrap=True)

@@ -89,10 +89,13 @@ def read(run_dir: Path) -> QueueHeld | None:
                              "cannot know which held nodes its queue has.") from None
 
 
-def lock_queue(queue_dir: Path, queue: str) -> ControllerLock:
-    """Take the queue directory's lock: one process counts a queue's held nodes at a time."""
+def lock_queue(queue_dir: Path, queue: str, *, record: bool = False) -> ControllerLock:
+    """Take the queue directory's lock: one process counts a queue's held nodes at a time.
+
+    ``record``: the queue's own process names itself in the directory (``controller.json``), so
+    that `planner cancel QUEUE_RUN` can stop it; a resume of one of its jobs does not."""
     try:
-        return ControllerLock(queue_dir).acquire(record=False)
+        return ControllerLock(queue_dir).acquire(record=record)
     except ControllerAlive:
         raise QueueBusy(f"{queue_dir}: queue {queue!r} is running, or another of its jobs is being resumed; its held "
                         "nodes are counted by one process at a time. To fix: wait until that process ends (then "

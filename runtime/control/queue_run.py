@@ -87,7 +87,7 @@ def run_queue(schedule: QueueSchedule, run_root: Path, options: QueueRunOptions,
     """Run every job of ``schedule``; returns (and writes to ``run_root/queue.json``) each job's outcome."""
     run_root.mkdir(parents=True, exist_ok=True)
     # Held for the whole queue: a resume of one of its jobs (planner run --resume) must wait for it.
-    with lock_queue(run_root, schedule.spec.name):
+    with lock_queue(run_root, schedule.spec.name, record=True):
         origin, origin_mono = time.time(), time.monotonic()  # slot k starts (k * slot_hours / time_scale) after these
         record = _record(schedule, run_root, options, origin)
         # Monotonic while this process runs the queue: a wall-clock step must not open or close a window.
@@ -100,7 +100,7 @@ def resume_queue(run_root: Path, tuning: Tuning,
     """Finish the queue run in ``run_root`` whose process was killed or cancelled (see
     :mod:`runtime.control.queue_record`); returns and writes its outcome as :func:`run_queue` does."""
     record = queue_record.read(run_root)
-    with lock_queue(run_root, record.held.queue):
+    with lock_queue(run_root, record.held.queue, record=True):
         return _run_jobs(record, run_root, tuning, on_event, wall=time.time)
 
 

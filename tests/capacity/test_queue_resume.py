@@ -248,6 +248,39 @@ def test_sigterm_stops_every_job_of_a_queue_at_a_checkpoint_and_the_resume_finis
     assert processes_of(str(root)) == []
 
 
+def test_planner_cancel_of_a_queue_stops_its_process_and_every_job_at_a_checkpoint(tmp_path: Path, capsys) -> None:
+    root, process = _start_queue(tmp_path)
+    try:
+        assert main(["cancel", str(root)]) == 0
+        assert process.wait(30) == 143  # it was asked with SIGTERM, and it had stopped when cancel returned
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    out = capsys.readouterr().out
+    assert "asked the queue" in out and "b: not started" in out and f"planner run --resume {root}" in out
+    assert processes_of(str(root)) == []
+    assert json.loads((root / "queue.json").read_text())["status"] == "cancelled"
+    assert json.loads((root / "a" / "state.json").read_text())["status"] == "cancelled"
+    assert (CheckpointStore(str(root / "a" / "ckpt")).latest_step() or 0) > 0
+
+
+def test_planner_cancel_of_a_killed_queue_releases_what_its_jobs_left(tmp_path: Path, capsys) -> None:
+    root, process = _start_queue(tmp_path)
+    process.kill()  # SIGKILL: a's node is left training, and billed
+    process.wait(10)
+    assert processes_of(str(root))
+    assert main(["cancel", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "controller is gone" in out and "b: not started" in out
+    assert processes_of(str(root)) == []
+    state = json.loads((root / "a" / "state.json").read_text())
+    assert state["status"] == "cancelled"
+    with Ledger(root / "a") as ledger:
+        assert not ledger.open_intervals()
+    assert not (root / "b").exists()
+
+
 def test_a_queue_resume_with_one_job_flags_or_a_damaged_record_exits_2(tmp_path: Path, capsys) -> None:
     root = tmp_path / "runs"
     root.mkdir()
