@@ -74,8 +74,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "(from its last committed checkpoint); a queue's run directory finishes every job of "
                         "the queue as it was scheduled")
     p.add_argument("--detach", action="store_true",
-                   help="start the controller in the background and return at once (its output goes to "
-                        "RUN_DIR/controller.log; see `planner logs`, `planner cancel`, `planner status`)")
+                   help="start the controller (for a queue: the queue's process) in the background and return "
+                        "at once (its output goes to RUN_DIR/controller.log; see `planner logs`, `planner cancel`, "
+                        "`planner status`)")
     p.add_argument("--budget-usd", type=float, metavar="USD",
                    help="with --resume: a larger budget, to finish a run the hard budget cap stopped")
     p.add_argument("--provider", metavar="NAME",

@@ -24,10 +24,9 @@ def run_queue_command(args: argparse.Namespace, console: Console, tuning: Any) -
     from planner.capacity.queue_report import render
     from planner.capacity.queue_spec import load_queue
     from pricing.sources import resolve_catalog
-    from runtime.control.queue_run import QueueRunOptions, run_queue
+    from runtime.control.queue_run import QueueRunOptions, prepare_queue, run_queue
 
-    refused = [flag for flag, given in (("--plan", args.plan), ("--chaos", args.chaos), ("--detach", args.detach))
-               if given]
+    refused = [flag for flag, given in (("--plan", args.plan), ("--chaos", args.chaos)) if given]
     if refused:
         raise PlannerError(f"{args.job}: a queue runs as `planner capacity --queue` schedules it; {', '.join(refused)} "
                            "go with one job (run that job's file, or its run directory with --resume)")
@@ -41,23 +40,45 @@ def run_queue_command(args: argparse.Namespace, console: Console, tuning: Any) -
     console.print(f"queue run directory: {run_root} (one run directory per job)")
     options = QueueRunOptions(catalog=args.catalog, provider=args.provider, time_scale=args.time_scale,
                               policy=args.policy, use_cache=not args.no_cache, tuning=tuning)
+    if args.detach:
+        prepare_queue(result, run_root, options)
+        return _detach(run_root, args, console)
     return _report(_stoppable(lambda: run_queue(result, run_root, options, on_event=_printer(args, console))),
                    run_root, args, console)
 
 
 def resume_queue_command(args: argparse.Namespace, console: Console, tuning: Any) -> int:
     """`planner run --resume QUEUE_RUN`: finish a queue whose process was killed or cancelled."""
+    from runtime.control import queue_record
     from runtime.control.queue_run import resume_queue
 
-    refused = [flag for flag, given in (("--detach", args.detach), ("--budget-usd", args.budget_usd is not None))
-               if given]
-    if refused:
-        raise PlannerError(f"{args.resume}: is a queue's run directory; {', '.join(refused)} go with one job "
+    if args.budget_usd is not None:
+        raise PlannerError(f"{args.resume}: is a queue's run directory; --budget-usd goes with one job "
                            f"(resume that job's run directory, {args.resume}/JOB)")
-    console.print(f"finishing queue run directory: {args.resume}")
     run_root = Path(args.resume)
+    if args.detach:
+        queue_record.read(run_root)  # a damaged record is named here, not in the background's log
+        return _detach(run_root, args, console)
+    console.print(f"queue run directory: {run_root}")
     return _report(_stoppable(lambda: resume_queue(run_root, tuning, on_event=_printer(args, console))),
                    run_root, args, console)
+
+
+def _detach(run_root: Path, args: argparse.Namespace, console: Console) -> int:
+    """Run the prepared queue in the background (`planner run --resume RUN_DIR`), say where, return at once."""
+    from runtime.control import detach
+
+    extra = ["--cooldown", repr(args.cooldown), "--rdzv-timeout", repr(args.rdzv_timeout)]
+    if args.json:
+        extra.append("--json")
+    record = detach.start_detached(run_root, extra)
+    where = f"pid {record.pid}" if record is not None else "still starting"
+    console.print(f"queue: in the background ({where}); its log: {run_root / detach.LOG_FILE}", soft_wrap=True)
+    console.print(f"  where it is: planner status {run_root}", soft_wrap=True)
+    console.print(f"  follow a job: planner logs {run_root}/JOB --follow", soft_wrap=True)
+    console.print(f"  stop it:     planner cancel {run_root}   (continue later: planner run --resume {run_root})",
+                  soft_wrap=True)
+    return 0
 
 
 def _stoppable(run: Callable[[], dict[str, Any]]) -> dict[str, Any]:

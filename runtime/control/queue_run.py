@@ -50,6 +50,7 @@ from runtime.control.queue_held import QueueHeld, lock_queue
 from runtime.control.queue_held import write as write_queue_held
 from runtime.control.queue_record import JobToRun, QueueRunRecord
 from runtime.control.run_state import STATE_FILE, SUMMARY_FILE, load_state, new_state, reopen_cancelled
+from runtime.errors import RuntimeFailure
 
 QUEUE_FILE = "queue.json"
 
@@ -95,6 +96,14 @@ def run_queue(schedule: QueueSchedule, run_root: Path, options: QueueRunOptions,
                          wall=lambda: origin + time.monotonic() - origin_mono)
 
 
+def prepare_queue(schedule: QueueSchedule, run_root: Path, options: QueueRunOptions) -> QueueRunRecord:
+    """Write the queue's run directory (plans, queue_run.json) without running it: `planner run QUEUE.toml
+    --detach` then starts :func:`resume_queue` in the background, on the clock that starts now."""
+    run_root.mkdir(parents=True, exist_ok=True)
+    with lock_queue(run_root, schedule.spec.name):
+        return _record(schedule, run_root, options, time.time())
+
+
 def resume_queue(run_root: Path, tuning: Tuning,
                  on_event: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Finish the queue run in ``run_root`` whose process was killed or cancelled (see
@@ -105,7 +114,14 @@ def resume_queue(run_root: Path, tuning: Tuning,
 
 
 def _record(schedule: QueueSchedule, run_root: Path, options: QueueRunOptions, origin: float) -> QueueRunRecord:
-    """The queue as it will run (its plan files and queue_run.json written), before any job starts."""
+    """The queue as it will run (its plan files and queue_run.json written), before any job starts.
+
+    Raises:
+        RuntimeFailure: ``run_root`` holds a queue run already (its record is left as it was).
+    """
+    if queue_record.is_queue_run(run_root):
+        raise RuntimeFailure(f"{run_root}: holds a queue run already. To fix: finish that one with `planner run "
+                             f"--resume {run_root}`, or give this queue another --run-dir.")
     order = sorted((j for j in schedule.jobs if j.segments), key=lambda j: (j.segments[0].start_slot, j.job.name))
     today = run_date(origin)  # the run clock's UTC date, as held_end and re-plans read the held `until`
     jobs = []

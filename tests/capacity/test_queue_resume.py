@@ -281,13 +281,16 @@ def test_planner_cancel_of_a_killed_queue_releases_what_its_jobs_left(tmp_path: 
     assert not (root / "b").exists()
 
 
-def test_a_queue_resume_with_one_job_flags_or_a_damaged_record_exits_2(tmp_path: Path, capsys) -> None:
+def test_a_queue_resume_with_a_damaged_record_or_a_one_job_flag_exits_2(tmp_path: Path, capsys) -> None:
     root = tmp_path / "runs"
     root.mkdir()
     (root / queue_record.QUEUE_RUN_FILE).write_text('{"format": 1, "held": {"queue": "q"}}')
     assert main(["run", "--resume", str(root)]) == 2
     err = capsys.readouterr().err
     assert queue_record.QUEUE_RUN_FILE in err and "held" in err and "Traceback" not in err
-    assert main(["run", "--resume", str(root), "--detach"]) == 2
+    assert main(["run", "--resume", str(root), "--detach"]) == 2  # named here, not in a background log
     err = capsys.readouterr().err
-    assert "--detach" in err and "queue" in err and "Traceback" not in err
+    assert queue_record.QUEUE_RUN_FILE in err and "Traceback" not in err
+    assert main(["run", "--resume", str(root), "--budget-usd", "9"]) == 2
+    err = capsys.readouterr().err
+    assert "--budget-usd" in err and "queue" in err and "Traceback" not in err

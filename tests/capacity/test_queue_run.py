@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,33 @@ def test_jobs_running_side_by_side_never_use_more_held_nodes_than_the_queue_hold
         most = max(most, in_use)
     assert most <= 1, changes
     assert processes_of(str(root)) == []
+
+
+def test_a_detached_queue_runs_in_the_background_and_its_directory_is_not_reused(tmp_path: Path, capsys) -> None:
+    catalog = tmp_path / "catalog.csv"
+    catalog.write_text(HEADER + "\naws,us-east-1,,g4dn.xlarge,T4,1,16,4,16,0.526,0.16,,,0.0,,2026-11-30,test\n")
+    queue = tmp_path / "queue.toml"
+    queue.write_text(f'name = "q"\nslot_hours = {SLOT_HOURS}\nhorizon_slots = 50\n[purchase]\nallow = ["on_demand"]\n'
+                     + _job("a", 0) + _job("b", SLOT_HOURS / 2))
+    root = tmp_path / "runs"
+    args = ["run", str(queue), "--catalog", str(catalog), "--run-dir", str(root), "--time-scale", str(TIME_SCALE)]
+    assert main([*args, "--detach"]) == 0
+    out = capsys.readouterr().out
+    assert "in the background (pid" in out and f"planner cancel {root}" in out
+    deadline = time.monotonic() + 240
+    while not (root / "queue.json").exists():  # written when the background process has run every job
+        assert time.monotonic() < deadline, (root / "controller.log").read_text()
+        time.sleep(0.5)
+    result = json.loads((root / "queue.json").read_text())
+    assert result["status"] == "completed", result
+    assert [json.loads((root / n / "summary.json").read_text())["steps"] for n in ("a", "b")] == [STEPS, STEPS]
+    assert (root / "controller.log").stat().st_mode & 0o777 == 0o600
+    deadline = time.monotonic() + 30
+    while processes_of(str(root)):  # the background process writes queue.json just before it exits
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+    record = (root / "queue_run.json").read_bytes()
+    assert main(args) == 2  # a second queue in the same directory would overwrite the first one's record
+    assert "holds a queue run already" in capsys.readouterr().err
+    assert (root / "queue_run.json").read_bytes() == record
