@@ -216,7 +216,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
                   time_scale=args.time_scale, policy=args.policy, chaos=args.chaos,
                   plan_path=Path(args.plan) if args.plan else None, use_cache=not args.no_cache)
     if args.detach:
-        return _detach(run_dir, args, console)
+        return detach_run(run_dir, args, console)
     if lock is None:
         lock = detach.ControllerLock(run_dir).acquire()
     with lock, queue_lock or contextlib.nullcontext():
@@ -255,8 +255,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     return 0 if summary["status"] == "completed" else EXIT_NOT_COMPLETED
 
 
-def _detach(run_dir: Path, args: argparse.Namespace, console: Console) -> int:
-    """Start the run's controller in the background, say where it is, return at once."""
+def detach_run(run_dir: Path, args: argparse.Namespace, console: Console, *, queue: bool = False) -> int:
+    """Start the run's controller (``queue``: the queue's process) in the background, say where, return at once."""
     from runtime.control import detach
 
     extra = ["--cooldown", repr(args.cooldown), "--rdzv-timeout", repr(args.rdzv_timeout)]
@@ -264,9 +264,11 @@ def _detach(run_dir: Path, args: argparse.Namespace, console: Console) -> int:
         extra.append("--json")
     record = detach.start_detached(run_dir, extra)
     where = f"pid {record.pid}" if record is not None else "still starting"
-    console.print(f"run directory: {run_dir}")
-    console.print(f"controller: in the background ({where}); its log: {run_dir / detach.LOG_FILE}", soft_wrap=True)
-    console.print(f"  follow it:   planner logs {run_dir} --follow", soft_wrap=True)
+    console.print(f"{'queue' if queue else 'run'} directory: {run_dir}")
+    console.print(f"{'queue' if queue else 'controller'}: in the background ({where}); its log: "
+                  f"{run_dir / detach.LOG_FILE}", soft_wrap=True)
+    follow = f"{run_dir}/JOB" if queue else str(run_dir)
+    console.print(f"  follow it:   planner logs {follow} --follow", soft_wrap=True)
     console.print(f"  where it is: planner status {run_dir}", soft_wrap=True)
     console.print(f"  stop it:     planner cancel {run_dir}   (continue later: planner run --resume {run_dir})",
                   soft_wrap=True)

@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from planner.commands.run import detach_run
 from planner.errors import PlannerError
 
 
@@ -42,7 +43,7 @@ def run_queue_command(args: argparse.Namespace, console: Console, tuning: Any) -
                               policy=args.policy, use_cache=not args.no_cache, tuning=tuning)
     if args.detach:
         prepare_queue(result, run_root, options)
-        return _detach(run_root, args, console)
+        return detach_run(run_root, args, console, queue=True)
     return _report(_stoppable(lambda: run_queue(result, run_root, options, on_event=_printer(args, console))),
                    run_root, args, console)
 
@@ -58,27 +59,10 @@ def resume_queue_command(args: argparse.Namespace, console: Console, tuning: Any
     run_root = Path(args.resume)
     if args.detach:
         queue_record.read(run_root)  # a damaged record is named here, not in the background's log
-        return _detach(run_root, args, console)
+        return detach_run(run_root, args, console, queue=True)
     console.print(f"queue run directory: {run_root}")
     return _report(_stoppable(lambda: resume_queue(run_root, tuning, on_event=_printer(args, console))),
                    run_root, args, console)
-
-
-def _detach(run_root: Path, args: argparse.Namespace, console: Console) -> int:
-    """Run the prepared queue in the background (`planner run --resume RUN_DIR`), say where, return at once."""
-    from runtime.control import detach
-
-    extra = ["--cooldown", repr(args.cooldown), "--rdzv-timeout", repr(args.rdzv_timeout)]
-    if args.json:
-        extra.append("--json")
-    record = detach.start_detached(run_root, extra)
-    where = f"pid {record.pid}" if record is not None else "still starting"
-    console.print(f"queue: in the background ({where}); its log: {run_root / detach.LOG_FILE}", soft_wrap=True)
-    console.print(f"  where it is: planner status {run_root}", soft_wrap=True)
-    console.print(f"  follow a job: planner logs {run_root}/JOB --follow", soft_wrap=True)
-    console.print(f"  stop it:     planner cancel {run_root}   (continue later: planner run --resume {run_root})",
-                  soft_wrap=True)
-    return 0
 
 
 def _stoppable(run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
