@@ -54,9 +54,8 @@ def _positive(text: str) -> float:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     from runtime.control import detach
-    from runtime.control.run_state import load_state
-
     from runtime.control.queue_record import is_queue_run
+    from runtime.control.run_state import load_state
 
     run_dir: Path = args.run_dir
     if is_queue_run(run_dir):
@@ -104,6 +103,7 @@ def _cancel_queue(run_root: Path, timeout_s: float, console: Console) -> int:
     if live.alive and live.record is not None and detach.signal_controller(live.record, signal.SIGTERM):
         console.print(f"asked the queue (pid {live.record.pid}) to stop: every job's workers checkpoint, then "
                       "their nodes are released", soft_wrap=True)
+
         def progress() -> str:
             return "; ".join(f"{name}: {_last_event(run_root / name)}" for name in started)
 
