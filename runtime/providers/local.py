@@ -30,6 +30,7 @@ to ``<state_dir>/<node>.pids`` as they appear.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import signal
@@ -279,10 +280,10 @@ class LocalProvider(Provider):
         for node in nodes:
             pid_file = Path(str(node.handle.get("pid_file", "")))
             token = str(node.handle.get("token", ""))
-            processes = [*_recorded(pid_file), *(process_tree.tagged(token) if token else [])]
-            if process_tree.alive(processes):
+            find = functools.partial(_left_processes, pid_file, token)
+            if process_tree.alive(find()):
                 found.append(node.id)
-                left = process_tree.kill_all(processes)
+                left = process_tree.kill_found(find)
                 if left:
                     raise ProviderError(f"node {node.id}: processes {left} survived SIGKILL")
             pid_file.unlink(missing_ok=True)
@@ -347,8 +348,8 @@ class LocalProvider(Provider):
         if local.process is None:
             return
         self._remember(local)
-        processes = [*process_tree.tree(local.process.pid), *process_tree.tagged(local.token)]
-        left = process_tree.kill_all(processes)
+        process = local.process
+        left = process_tree.kill_found(lambda: [*process_tree.tree(process.pid), *process_tree.tagged(local.token)])
         try:
             local.process.wait(10)
         except subprocess.TimeoutExpired as exc:
@@ -361,6 +362,11 @@ def _write_pids(local: _LocalNode) -> None:
     """The node's token and the pids seen so far, for a controller that has to reap them after a crash."""
     record = {"token": local.token, "pids": {str(p): t for p, t in local.known.items()}}
     atomic_file.write_text(local.pid_file, json.dumps(record))
+
+
+def _left_processes(pid_file: Path, token: str) -> list[psutil.Process]:
+    """A node's processes a dead controller left: those its pid file lists, and those carrying its token."""
+    return [*_recorded(pid_file), *(process_tree.tagged(token) if token else [])]
 
 
 def _recorded(pid_file: Path) -> list[psutil.Process]:

@@ -16,11 +16,11 @@ of a walk counts as gone, never as an error.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import psutil
 
-__all__ = ["TOKEN_ENV", "alive", "kill_all", "tagged", "tree"]
+__all__ = ["TOKEN_ENV", "alive", "kill_all", "kill_found", "tagged", "tree"]
 
 TOKEN_ENV = "DANLU_NODE_TOKEN"
 """Environment variable holding the node's token in every process of a local node."""
@@ -80,3 +80,20 @@ def kill_all(processes: Iterable[psutil.Process], *, timeout_s: float = 10.0) ->
                 continue
     _, left = psutil.wait_procs(targets, timeout=timeout_s)
     return [p.pid for p in left if _running(p)]
+
+
+def kill_found(find: Callable[[], Iterable[psutil.Process]], *, rounds: int = 5, timeout_s: float = 10.0) -> list[int]:
+    """SIGKILL what ``find()`` returns until it returns nothing alive; returns the pids that survived.
+
+    One walk is a snapshot: a process forked after it (torchrun starting a worker, a worker
+    starting a data loader) and before its parent is stopped is in no list, outlives the kill and
+    goes on training with nobody watching. Walking again after each kill finds it by its token.
+    """
+    for _ in range(rounds):
+        targets = alive(find())
+        if not targets:
+            return []
+        left = kill_all(targets, timeout_s=timeout_s)
+        if left:
+            return left
+    return [p.pid for p in alive(find())]
