@@ -21,12 +21,18 @@ time.sleep(120)
 """
 
 
-def test_a_process_forked_after_the_walk_is_found_and_killed_by_the_next_one() -> None:
+def _start_agent() -> tuple[str, subprocess.Popen]:
+    """The agent, once it has started its three children; and the token they all carry."""
     token = f"test-{uuid.uuid4().hex}"
     agent = subprocess.Popen([sys.executable, "-c", AGENT], env={**os.environ, process_tree.TOKEN_ENV: token},
                              stdout=subprocess.PIPE, start_new_session=True)
+    assert agent.stdout is not None and agent.stdout.readline() == b"started\n"
+    return token, agent
+
+
+def test_a_process_forked_after_the_walk_is_found_and_killed_by_the_next_one() -> None:
+    token, agent = _start_agent()
     try:
-        assert agent.stdout is not None and agent.stdout.readline() == b"started\n"
         deadline = time.monotonic() + 30
         while len(process_tree.tagged(token)) < 4:
             assert time.monotonic() < deadline, "the agent's children did not start"
@@ -44,11 +50,8 @@ def test_a_process_forked_after_the_walk_is_found_and_killed_by_the_next_one() -
 
 def test_one_kill_of_a_walk_leaves_what_was_forked_after_it() -> None:
     # What kill_found is for: kill_all of a stale walk leaves the workers running, reparented.
-    token = f"test-{uuid.uuid4().hex}"
-    agent = subprocess.Popen([sys.executable, "-c", AGENT], env={**os.environ, process_tree.TOKEN_ENV: token},
-                             stdout=subprocess.PIPE, start_new_session=True)
+    token, agent = _start_agent()
     try:
-        assert agent.stdout is not None and agent.stdout.readline() == b"started\n"
         assert process_tree.kill_all([psutil.Process(agent.pid)]) == []
         agent.wait(10)
         assert len(process_tree.tagged(token)) == 3
