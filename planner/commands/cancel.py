@@ -53,7 +53,6 @@ def _positive(text: str) -> float:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
-    from runtime.control import detach
     from runtime.control.queue_record import is_queue_run
     from runtime.control.run_state import load_state
 
@@ -65,6 +64,18 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         console.print(f"{escape(str(run_dir))}: the run already ended ({state.status}); nothing to cancel.",
                       soft_wrap=True)
         return 0
+    if not _stop_run(run_dir, args.timeout, console):
+        return EXIT_NOT_STOPPED
+    _outcome(run_dir, console)
+    return 0
+
+
+def _stop_run(run_dir: Path, timeout_s: float, console: Console) -> bool:
+    """End the running run in ``run_dir``: SIGTERM its live controller and wait for it, or end it here
+    when its controller is gone; False when the controller had not stopped after ``timeout_s``."""
+    from runtime.control import detach
+    from runtime.control.run_state import load_state
+
     live = detach.liveness(run_dir)
     if live.record is not None and live.other_host:
         raise detach.DetachError(
@@ -73,18 +84,17 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         )
     if live.alive and live.record is not None and detach.signal_controller(live.record, signal.SIGTERM):
         console.print(f"asked the controller (pid {live.record.pid}) to stop: the workers checkpoint, then every "
-                      "node is released", soft_wrap=True)
-        if not _wait(live.record, args.timeout, console, lambda: _last_event(run_dir)):
-            console.print(f"[red]the controller (pid {live.record.pid}) has not stopped after {args.timeout:g} s[/]; "
+                      f"node is released ({escape(str(run_dir))})", soft_wrap=True)
+        if not _wait(live.record, timeout_s, console, lambda: _last_event(run_dir)):
+            console.print(f"[red]the controller (pid {live.record.pid}) has not stopped after {timeout_s:g} s[/]; "
                           f"it goes on stopping. Watch it with `planner logs {escape(str(run_dir))} --follow`, or "
                           "cancel again later.")
-            return EXIT_NOT_STOPPED
+            return False
         if load_state(run_dir).status == "running":  # it died before ending the run: end it here
             _end_orphan(run_dir, console)
     else:
         _end_orphan(run_dir, console)
-    _outcome(run_dir, console)
-    return 0
+    return True
 
 
 def _cancel_queue(run_root: Path, timeout_s: float, console: Console) -> int:
@@ -113,8 +123,9 @@ def _cancel_queue(run_root: Path, timeout_s: float, console: Console) -> int:
             return EXIT_NOT_STOPPED
         started = [job.name for job in record.jobs if (run_root / job.name / STATE_FILE).exists()]
     for name in started:
-        if load_state(run_root / name).status == "running":
-            _end_orphan(run_root / name, console)
+        # still running: its controller was the queue's process, gone now, or a resume of this job alone
+        if load_state(run_root / name).status == "running" and not _stop_run(run_root / name, timeout_s, console):
+            return EXIT_NOT_STOPPED
     for job in record.jobs:
         if job.name in started:
             _outcome(run_root / job.name, console, hint=False)

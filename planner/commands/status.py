@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 from pathlib import Path
 
 from rich.console import Console
@@ -21,8 +22,11 @@ run under the runs directory ($DANLU_RUNS_DIR, else ./runs, where `planner run` 
 a RUN_DIR that holds runs rather than being one is listed the same way. A run still in
 progress is shown from its state, events and ledger, with its controller: "running
 (controller pid N)" while it lives, "controller gone" with the `planner run --resume`
-that continues it otherwise (detached runs: `planner logs`, `planner cancel`). See
-docs/report.md and docs/run.md."""
+that continues it otherwise (detached runs: `planner logs`, `planner cancel`). A queue's run
+directory (`planner run QUEUE.toml`) first says where the queue stands (running with its
+process id, completed, incomplete, cancelled, or stopped with its process gone, and how to
+finish it) and which jobs have not started, then lists its jobs' runs. See docs/report.md,
+docs/run.md and docs/capacity.md."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -36,13 +40,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
+    from runtime.control.queue_record import is_queue_run
     from runtime.errors import RuntimeFailure
+    from runtime.reports.queue_view import load_queue
     from runtime.reports.run_report import figures_table, status_table
     from runtime.reports.run_view import default_runs_dir, find_runs, is_run, load_run
 
     runs = None
+    queue = None
     if args.run_dir is None:
         root = default_runs_dir()
+        runs = find_runs(root)
+    elif is_queue_run(args.run_dir):
+        root = args.run_dir
+        queue = load_queue(root)
         runs = find_runs(root)
     elif not is_run(args.run_dir) and args.run_dir.is_dir():
         root = args.run_dir
@@ -66,23 +77,44 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             broken.append((path, str(exc)))
     if args.json:
         rows = [_with_controller(view) for view in views] + [{"run_dir": str(p), "error": e} for p, e in broken]
-        print(json.dumps(rows, indent=2))
+        print(json.dumps(rows if queue is None else {"queue": queue.to_dict(), "runs": rows}, indent=2))
         return 0
+    if queue is not None:
+        _print_queue(queue, console)
     if views:
         console.print(status_table(views, width=console.width))
     for view in views:
-        controller = _controller_text(view)
+        controller = _controller_text(view, resume=None if queue is None else queue.run_dir)
         if controller:
             console.print(f"{escape(view.run_dir.name)}: {controller}", highlight=False, soft_wrap=True)
     for path, error in broken:
         console.print(f"[red]unreadable[/] {escape(path.name)}: {escape(error)}", highlight=False)
-    if not runs:
+    if not runs and queue is None:
         console.print(f"no runs under {os.fspath(root)} yet (a run directory holds a state.json)")
     return 0
 
 
-def _controller_text(view) -> str | None:
-    """What is known of a running run's controller (None: the run ended, or nothing is recorded)."""
+def _print_queue(queue, console: Console) -> None:
+    """The queue's line, and its jobs that have no run yet; the started ones follow as runs."""
+    root = escape(str(queue.run_dir))
+    if queue.status == "running":
+        where = "" if queue.host is None or queue.host == socket.gethostname() else f" on {escape(queue.host)}"
+        text = f"running (queue pid {queue.pid}{where}); stop it: `planner cancel {root}`"
+    elif queue.resumable:
+        text = (f"[red]{queue.status}[/] (its process is gone) -- finish it: `planner run --resume {root}`"
+                if queue.status == "stopped" else f"cancelled -- finish it: `planner run --resume {root}`")
+    else:
+        text = queue.status
+    console.print(f"queue {escape(queue.queue)}: {text}", highlight=False, soft_wrap=True)
+    for job in queue.not_started:
+        due = "starts" if queue.status == "running" else "was due"
+        console.print(f"{escape(job.job)}: not started (slot {job.start_slot}, {due} {job.starts_at})",
+                      highlight=False, soft_wrap=True)
+
+
+def _controller_text(view, resume: Path | None = None) -> str | None:
+    """What is known of a running run's controller (None: the run ended, or nothing is recorded);
+    ``resume``: the directory whose resume continues it (a queue's, for its jobs), else the run's."""
     from runtime.control import detach
 
     if not view.running:
@@ -97,7 +129,8 @@ def _controller_text(view) -> str | None:
         log = view.run_dir / detach.LOG_FILE
         follow = f"; follow it: `planner logs {run_dir} --follow`" if log.exists() else ""
         return f"running (controller pid {live.record.pid}){follow}"
-    return f"[red]controller gone[/] -- continue it: `planner run --resume {run_dir}`"
+    target = run_dir if resume is None else escape(str(resume))
+    return f"[red]controller gone[/] -- continue it: `planner run --resume {target}`"
 
 
 def _with_controller(view) -> dict:

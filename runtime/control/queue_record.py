@@ -23,6 +23,7 @@ from runtime.control.queue_held import QueueHeld
 from runtime.errors import RuntimeFailure
 
 QUEUE_RUN_FILE = "queue_run.json"
+QUEUE_FILE = "queue.json"  # the outcome, written when the queue's process finishes or stops
 
 
 class JobToRun(BaseModel):

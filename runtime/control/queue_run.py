@@ -30,6 +30,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -48,11 +49,9 @@ from runtime.control.held import Window
 from runtime.control.phases import run_date
 from runtime.control.queue_held import QueueHeld, lock_queue
 from runtime.control.queue_held import write as write_queue_held
-from runtime.control.queue_record import JobToRun, QueueRunRecord
+from runtime.control.queue_record import QUEUE_FILE, JobToRun, QueueRunRecord
 from runtime.control.run_state import STATE_FILE, SUMMARY_FILE, load_state, new_state, reopen_cancelled
 from runtime.errors import RuntimeFailure
-
-QUEUE_FILE = "queue.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +203,8 @@ def _run_jobs(record: QueueRunRecord, run_root: Path, tuning: Tuning,
                     interrupted = exc
                     stop.set(exc if exc.args else KeyboardInterrupt("interrupted (Ctrl-C)"))
                 # a second one waits too: leaving now would leave the nodes up and billed
-    out = {"queue": held_record.queue, "origin": held_record.origin,
+    # pid: `planner status` tells this outcome from one an earlier process left before a resume
+    out = {"queue": held_record.queue, "origin": held_record.origin, "pid": os.getpid(),
            "jobs": [results[job.name] | {"job": job.name} for job in record.jobs],
            "status": "completed" if all(r["status"] == "completed" for r in results.values()) else "incomplete"}
     if interrupted is not None:

@@ -173,12 +173,32 @@ def _start_queue(tmp_path: Path) -> tuple[Path, subprocess.Popen]:
     return root, process
 
 
-def test_a_killed_queue_is_finished_by_resuming_its_run_directory(tmp_path: Path) -> None:
+def _status(root: Path, capsys) -> tuple[str, dict]:
+    """`planner status` of the queue's run directory: its text, and its --json."""
+    capsys.readouterr()
+    assert main(["status", str(root)]) == 0
+    text = capsys.readouterr().out
+    assert main(["status", str(root), "--json"]) == 0
+    return text, json.loads(capsys.readouterr().out)
+
+
+def test_a_killed_queue_is_finished_by_resuming_its_run_directory(tmp_path: Path, capsys) -> None:
     # a is killed with its queue while it trains, so its orphaned node is still training at the
     # resume; b has not started when the queue dies.
     root, process = _start_queue(tmp_path)
+    text, doc = _status(root, capsys)
+    assert f"queue q: running (queue pid {process.pid}); stop it: `planner cancel {root}`" in text
+    assert "b: not started (slot 15, starts " in text
+    assert doc["queue"]["status"] == "running" and doc["queue"]["pid"] == process.pid
+    assert [j["job"] for j in doc["queue"]["not_started"]] == ["b"]
+    assert [(r["job"], r["status"]) for r in doc["runs"]] == [("a", "running")]
     process.kill()  # SIGKILL, the queue's process alone: a's node keeps running
     process.wait(10)
+    text, doc = _status(root, capsys)
+    assert f"queue q: stopped (its process is gone) -- finish it: `planner run --resume {root}`" in text
+    assert "b: not started (slot 15, was due " in text
+    assert f"controller gone -- continue it: `planner run --resume {root}`" in text  # the queue, not a alone
+    assert doc["queue"]["status"] == "stopped" and doc["runs"][0]["controller"]["alive"] is False
     assert not (root / "b").exists(), "b started before its slot"
     assert not (root / "queue.json").exists()  # the queue never got to write its outcome
     record = queue_record.read(root)
@@ -200,6 +220,9 @@ def test_a_killed_queue_is_finished_by_resuming_its_run_directory(tmp_path: Path
     assert json.loads((root / "b" / "summary.json").read_text())["steps"] == STEPS
     assert read(root / "b") == record.held  # a later resume of b alone counts held nodes as the queue did
     assert processes_of(str(root)) == []
+    text, doc = _status(root, capsys)
+    assert "queue q: completed" in text and "not started" not in text
+    assert doc["queue"]["not_started"] == [] and [r["status"] for r in doc["runs"]] == ["completed", "completed"]
 
     # Resuming a finished queue runs nothing again and reports the same outcomes.
     before = {name: (root / name / "events.jsonl").read_bytes() for name in ("a", "b")}
@@ -263,6 +286,38 @@ def test_planner_cancel_of_a_queue_stops_its_process_and_every_job_at_a_checkpoi
     assert json.loads((root / "queue.json").read_text())["status"] == "cancelled"
     assert json.loads((root / "a" / "state.json").read_text())["status"] == "cancelled"
     assert (CheckpointStore(str(root / "a" / "ckpt")).latest_step() or 0) > 0
+    text, doc = _status(root, capsys)
+    assert f"queue q: cancelled -- finish it: `planner run --resume {root}`" in text
+    assert doc["queue"]["status"] == "cancelled" and doc["queue"]["not_started"][0]["start_slot"] == 15
+
+
+def test_planner_cancel_of_a_queue_stops_a_job_resumed_on_its_own(tmp_path: Path, capsys) -> None:
+    # The queue's process is gone, and its job a was resumed alone: cancelling the queue must stop
+    # that resume (its own controller), not wait for a lock the resume holds and give up.
+    root, process = _start_queue(tmp_path)
+    process.kill()
+    process.wait(10)
+    events = root / "a" / "events.jsonl"
+    resumed_at = len(read_events(events))
+    with (tmp_path / "resume.log").open("wb") as log:
+        resume = subprocess.Popen([sys.executable, "-m", "planner.cli", "run", "--resume", str(root / "a")],
+                                  cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: any(e["event"] == "training" for e in read_events(events)[resumed_at:]), 120,
+                 "a training again", resume)
+        assert main(["cancel", str(root)]) == 0
+        assert resume.wait(30) == 143  # it was asked with SIGTERM, and had stopped when cancel returned
+    finally:
+        if resume.poll() is None:
+            resume.kill()
+            resume.wait(10)
+    out = capsys.readouterr().out
+    assert f"asked the controller (pid {resume.pid}) to stop" in out and "b: not started" in out
+    assert processes_of(str(root)) == []
+    assert json.loads((root / "a" / "state.json").read_text())["status"] == "cancelled"
+    text, doc = _status(root, capsys)
+    assert f"queue q: stopped (its process is gone) -- finish it: `planner run --resume {root}`" in text
+    assert [(r["job"], r["status"]) for r in doc["runs"]] == [("a", "cancelled")]
 
 
 def test_planner_cancel_of_a_killed_queue_releases_what_its_jobs_left(tmp_path: Path, capsys) -> None:
