@@ -134,12 +134,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     from runtime.control import detach, queue_held
     from runtime.control.chaos import parse_chaos
     from runtime.control.controller import Controller, Tuning
-    from runtime.control.run_state import (
-        load_state,
-        new_state,
-        raise_budget,
-        reopen_cancelled,
-    )
+    from runtime.control.run_start import new_state
+    from runtime.control.run_state import load_state, raise_budget, reopen_cancelled
     from runtime.errors import RuntimeFailure
     from runtime.providers import registry
 

@@ -78,15 +78,8 @@ from runtime.control.events import FILENAME as EVENTS_FILE
 from runtime.control.events import EventLog
 from runtime.control.held import HeldAllotment
 from runtime.control.held_lease import HeldLease
-from runtime.control.run_state import (
-    Progress,
-    RunState,
-    RunStateError,
-    build_summary,
-    load_state,
-    save_state,
-    write_summary,
-)
+from runtime.control.run_state import Progress, RunState, RunStateError, load_state, save_state
+from runtime.control.run_summary import build_summary, write_summary
 from runtime.control.spend import Spend
 from runtime.control.workers import Workers
 from runtime.providers import registry

@@ -14,7 +14,8 @@ from pricing import risk
 from pricing.pool import CLUSTER, HELD
 from runtime.control import planning
 from runtime.control.replan import pool_interruption_rate
-from runtime.control.run_state import LaunchRecord, units_per_step, work_done_units
+from runtime.control.run_state import LaunchRecord
+from runtime.control.run_summary import units_per_step, work_done_units
 from runtime.errors import CheckpointError
 from runtime.providers.base import Node, NodeStatus
 from runtime.providers.notices import Notice

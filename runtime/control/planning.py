@@ -20,7 +20,8 @@ from runtime.control.replan import (
     first_plan,
     replan_or_late,
 )
-from runtime.control.run_state import LaunchRecord, work_done_units
+from runtime.control.run_state import LaunchRecord
+from runtime.control.run_summary import work_done_units
 
 if TYPE_CHECKING:
     from runtime.control.controller import Controller

@@ -50,7 +50,8 @@ from runtime.control.phases import run_date
 from runtime.control.queue_held import QueueHeld, lock_queue
 from runtime.control.queue_held import write as write_queue_held
 from runtime.control.queue_record import QUEUE_FILE, JobToRun, QueueRunRecord
-from runtime.control.run_state import STATE_FILE, SUMMARY_FILE, load_state, new_state, reopen_cancelled
+from runtime.control.run_start import new_state
+from runtime.control.run_state import STATE_FILE, SUMMARY_FILE, load_state, reopen_cancelled
 from runtime.errors import RuntimeFailure
 
 

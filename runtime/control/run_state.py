@@ -1,4 +1,4 @@
-"""What a run directory remembers: the controller state and the summary.
+"""What a run directory remembers: the controller state.
 
 ``<run_dir>/state.json`` holds everything ``planner run --resume RUN_DIR`` needs to carry
 on after the controller itself was killed: the job, the clock's origin and scale, the
@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -41,12 +39,9 @@ from planner.job import JobSpec
 from planner.policy import POLICY_NAMES
 from planner.workload import blend_rate
 from pricing.pool import Pool, PoolError
-from runtime.accounting.ledger import Ledger
-from runtime.control import checkpoint_owner
 from runtime.control.replan import config_rate, raised_rate
 from runtime.errors import RuntimeFailure
 from runtime.providers.base import Node
-from runtime.training.store import CheckpointStore
 
 __all__ = [
     "LaunchRecord",
@@ -54,17 +49,12 @@ __all__ = [
     "RunState",
     "RunStateError",
     "Throughput",
-    "build_summary",
-    "check_runnable",
     "load_state",
-    "new_state",
-    "plan_pool",
     "raise_budget",
     "reopen_cancelled",
     "save_state",
-    "units_per_step",
-    "work_done_units",
-    "write_summary",
+    "validation_errors",
+    "write_private",
 ]
 
 PRIVATE_FILE = 0o600
@@ -236,7 +226,7 @@ class RunState(_Model):
         try:
             JobSpec.model_validate(value)
         except ValidationError as exc:
-            raise ValueError(f"the job does not validate: {_errors(exc)}") from None
+            raise ValueError(f"the job does not validate: {validation_errors(exc)}") from None
         return value
 
     @field_validator("policy")
@@ -316,7 +306,8 @@ class RunState(_Model):
         try:
             RunState.model_validate(data)._check_pair(STATE_FILE)
         except ValidationError as exc:
-            raise RunStateError(f"{STATE_FILE}: refusing to write an invalid run state: {_errors(exc)}") from None
+            raise RunStateError(
+                f"{STATE_FILE}: refusing to write an invalid run state: {validation_errors(exc)}") from None
         return json.dumps(data, indent=1, sort_keys=True) + "\n"
 
     @classmethod
@@ -339,8 +330,8 @@ class RunState(_Model):
             state = cls.model_validate(data)
         except ValidationError as exc:
             raise RunStateError(
-                f"{source}: the run state is invalid: {_errors(exc)}. To fix: restore the file from the run's "
-                "last good state, or start a new run."
+                f"{source}: the run state is invalid: {validation_errors(exc)}. To fix: restore the file from the "
+                "run's last good state, or start a new run."
             ) from None
         state._check_pair(source)
         return state
@@ -353,7 +344,8 @@ class RunState(_Model):
             )
 
 
-def _errors(exc: ValidationError) -> str:
+def validation_errors(exc: ValidationError) -> str:
+    """A pydantic error as one line of ``key: problem`` pairs, for messages that name the key."""
     return "; ".join(
         f"{'.'.join(str(p) for p in err['loc']) or 'state'}: {err['msg']}" for err in exc.errors(include_url=False)
     )
@@ -365,10 +357,10 @@ def save_state(run_dir: str | Path, state: RunState) -> None:
     Raises:
         RunStateError: it cannot be written (a read-only or full disk), naming the fix.
     """
-    _write_private(Path(run_dir) / STATE_FILE, state.to_json())
+    write_private(Path(run_dir) / STATE_FILE, state.to_json())
 
 
-def _write_private(path: Path, text: str) -> None:
+def write_private(path: Path, text: str) -> None:
     try:
         atomic_file.write_text(path, text, mode=PRIVATE_FILE)
     except OSError as exc:
@@ -418,7 +410,8 @@ def raise_budget(run_dir: str | Path, budget_usd: float) -> RunState:
     try:
         state.job = {**state.job, "constraints": {**state.job.get("constraints", {}), "budget_usd": budget_usd}}
     except ValidationError as exc:
-        raise RunStateError(f"--budget-usd {budget_usd:g}: {_errors(exc)}; the run was left as it was.") from None
+        raise RunStateError(
+            f"--budget-usd {budget_usd:g}: {validation_errors(exc)}; the run was left as it was.") from None
     state.status, state.cause = "running", None
     save_state(run_dir, state)
     return state
@@ -435,180 +428,5 @@ def reopen_cancelled(run_dir: str | Path) -> RunState | None:
     if state.status != "cancelled":
         return None
     state.status, state.cause = "running", None
-    save_state(run_dir, state)
-    return state
-
-
-def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> Path:
-    path = Path(run_dir) / SUMMARY_FILE
-    _write_private(path, json.dumps(summary, indent=2, sort_keys=False) + "\n")
-    return path
-
-
-def units_per_step(job: JobSpec, store: CheckpointStore) -> float:
-    """Work units (the job's unit) one optimizer step does.
-
-    ``steps``: 1. ``samples``: the global batch the latest checkpoint records.
-    ``tokens``: ``[workload].global_batch`` (tokens per step), which the job must give.
-    """
-    unit = job.workload.unit
-    if unit == "steps":
-        return 1.0
-    if unit == "tokens":
-        return float(job.workload.global_batch or 1.0)
-    latest = store.latest_step()
-    if latest is None:
-        return float(job.workload.global_batch or 1.0)
-    return float(store.read_manifest(latest).global_batch)
-
-
-def work_done_units(job: JobSpec, store: CheckpointStore) -> float:
-    """Work committed so far: the latest checkpoint's step in the job's unit."""
-    latest = store.latest_step()
-    if latest is None:
-        return 0.0
-    if job.workload.unit == "samples":
-        return float(store.read_manifest(latest).samples_seen)
-    return latest * units_per_step(job, store)
-
-
-def check_runnable(job: JobSpec, source: str) -> None:
-    """Refuse jobs ``planner run`` cannot follow, naming the key and the fix."""
-    if not job.run.entrypoint:
-        raise RunStateError(
-            f"{source}: run.entrypoint is empty. To fix: give the training command as an argv list, e.g. "
-            'entrypoint = ["python", "train.py"].'
-        )
-    if job.workload.unit == "gpu_hours":
-        raise RunStateError(
-            f"{source}: workload.gpu_hours cannot be followed step by step. To fix: give workload.steps, "
-            "workload.samples, or workload.tokens with workload.global_batch."
-        )
-    if job.workload.unit == "tokens" and not job.workload.global_batch:
-        raise RunStateError(
-            f"{source}: workload.tokens needs workload.global_batch (tokens per optimizer step) so progress "
-            "can be counted from checkpoints. To fix: add global_batch under [workload]."
-        )
-
-
-def build_summary(state: RunState, job: JobSpec, ledger: Ledger, store: CheckpointStore) -> dict[str, Any]:
-    """``summary.json``: the outcome, the work, every launch and every pool with its time and cost."""
-    end = max([state.origin, *[r.released_at or r.provisioned_at for r in state.launches]])
-    hours_by_pool: dict[tuple[str, str], float] = {}
-    for record in state.launches:
-        key = record.pool.key
-        hours_by_pool[key] = hours_by_pool.get(key, 0.0) + ((record.released_at or end) - record.provisioned_at) / 3600
-    pools = [
-        {"pool": spend.pool, "purchase": spend.purchase, "hours": round(hours_by_pool.get((spend.pool, spend.purchase),
-                                                                                          0.0), 6),
-         "node_hours": spend.node_hours, "cost_usd": spend.usd, "charged_usd": spend.charged_usd}
-        for spend in ledger.by_pool()
-    ]
-    latest = store.latest_step()
-    launches = [
-        {"launch_id": r.launch_id, "pool": r.label(), "pool_id": r.pool.id,
-         "purchase": r.pool.purchase, "nodes": r.nodes, "world_size": r.world_size,
-         "start_step": r.start_step, "end_step": r.end_step, "outcome": r.outcome, "reason": r.reason}
-        for r in state.launches
-    ]
-    return {
-        "job": job.name,
-        "status": state.status,
-        "cause": state.cause,
-        "unit": job.workload.unit,
-        "work_total": job.workload.amount,
-        "work_done": work_done_units(job, store),
-        "steps": latest or 0,
-        "preemptions": state.preemptions,
-        "replans": state.replans,
-        "failures": state.failures,
-        "lost_steps": state.lost_steps,
-        "cost_usd": ledger.total_usd(),
-        "hours": round((end - state.origin) / 3600, 6),
-        "time_scale": state.time_scale,
-        "budget_usd": job.constraints.budget_usd,
-        "deadline_hours": job.constraints.deadline_hours,
-        "pools": pools,
-        "launches": launches,
-        "world_sizes": [r.world_size for r in state.launches],
-        "final_checkpoint": store.url(latest) if latest is not None else None,
-    }
-
-
-def plan_pool(plan: dict[str, Any], *, source: str) -> tuple[Pool, int]:
-    """The pool and node count of a plan's first phase (``planner quote --json`` output, or its ``plan``)."""
-    body = plan.get("plan", plan) if isinstance(plan, dict) else None
-    phases = body.get("phases") if isinstance(body, dict) else None
-    if not phases:
-        raise RunStateError(
-            f"{source}: key 'plan.phases' is missing or empty. To fix: pass the output of "
-            "`planner quote JOB --json` for a feasible job."
-        )
-    phase = phases[0]
-    if not isinstance(phase, dict):
-        raise RunStateError(f"{source}: plan.phases[0] is not an object. To fix: regenerate it with "
-                            "`planner quote JOB --json`.")
-    try:
-        pool = Pool.from_dict(phase)
-    except PoolError as exc:
-        raise RunStateError(
-            f"{source}: plan.phases[0]: {exc}. To fix: regenerate it with `planner quote JOB --json`."
-        ) from None
-    try:
-        nodes = int(phase["nodes"])
-    except KeyError:
-        nodes = 0
-    except (TypeError, ValueError):
-        nodes = -1
-    if nodes < 1:
-        raise RunStateError(
-            f"{source}: plan.phases[0] key 'nodes' is missing or not a whole number >= 1. To fix: regenerate it "
-            "with `planner quote JOB --json`."
-        )
-    return pool, nodes
-
-
-def new_state(
-    *, job_path: Path, job: JobSpec, run_dir: Path, catalog: str | None, provider: str, time_scale: float,
-    policy: str, chaos: list[str], plan_path: Path | None = None, use_cache: bool = True,
-) -> RunState:
-    """The state of a fresh run (written to ``run_dir``), refusing a directory that holds one."""
-    if (run_dir / STATE_FILE).exists():
-        raise RunStateError(
-            f"{run_dir}: already holds a run. To fix: continue it with `planner run --resume {run_dir}` or "
-            "choose another --run-dir."
-        )
-    check_runnable(job, str(job_path))
-    checkpoint_dir = job.run.checkpoint_dir
-    if checkpoint_dir is None:
-        checkpoint_dir = str((run_dir / "ckpt").resolve())
-    elif "://" not in checkpoint_dir:
-        checkpoint_dir = str(Path(checkpoint_dir).resolve())
-    try:
-        state = RunState(
-            job_path=str(job_path.resolve()), job=job.model_dump(mode="json"), cwd=str(Path.cwd()),
-            catalog=str(Path(catalog).resolve()) if catalog else None, provider=provider,
-            checkpoint_dir=checkpoint_dir, origin=time.time(), time_scale=time_scale, policy=policy,
-            chaos=list(chaos), use_cache=use_cache,
-        )
-    except ValidationError as exc:
-        raise RunStateError(f"{job_path}: cannot start a run: {_errors(exc)}.") from None
-    if plan_path is not None:
-        try:
-            plan = json.loads(plan_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise RunStateError(f"{plan_path}: cannot read the plan ({exc}). To fix: pass a JSON plan file.") from exc
-        state.set_pool(*plan_pool(plan, source=str(plan_path)))
-        state.plan = plan.get("plan", plan) if isinstance(plan, dict) else None
-    made = not run_dir.exists()
-    if made:  # a directory the user made is theirs to set; one we make is private
-        run_dir.mkdir(parents=True)
-        run_dir.chmod(PRIVATE_DIR)  # whatever the umask: the run's job, spend and logs are the team's own
-    try:
-        checkpoint_owner.claim(checkpoint_dir, run_dir=str(run_dir.resolve()), job=job.name)  # the last check
-    except checkpoint_owner.CheckpointDirTaken:
-        if made:
-            shutil.rmtree(run_dir, ignore_errors=True)  # a refused run leaves nothing behind
-        raise
     save_state(run_dir, state)
     return state

@@ -14,7 +14,8 @@ from runtime.accounting.forecast import Forecast
 from runtime.accounting.ledger import IntervalKey, Ledger
 from runtime.control.clock import Clock
 from runtime.control.events import EventLog
-from runtime.control.run_state import LaunchRecord, Progress, RunState, work_done_units
+from runtime.control.run_state import LaunchRecord, Progress, RunState
+from runtime.control.run_summary import work_done_units
 from runtime.providers.base import Node
 from runtime.tracking.meter import Meter, write_meter
 from runtime.training.store import CheckpointStore

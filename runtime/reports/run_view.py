@@ -41,14 +41,8 @@ from runtime.accounting.ledger import FILENAME as LEDGER_FILE
 from runtime.accounting.ledger import Interval, Ledger, LedgerSnapshot, PoolSpend
 from runtime.control.events import FILENAME as EVENTS_FILE
 from runtime.control.events import read_events
-from runtime.control.run_state import (
-    STATE_FILE,
-    SUMMARY_FILE,
-    LaunchRecord,
-    RunState,
-    load_state,
-    work_done_units,
-)
+from runtime.control.run_state import STATE_FILE, SUMMARY_FILE, LaunchRecord, RunState, load_state
+from runtime.control.run_summary import work_done_units
 from runtime.errors import CheckpointError, ContractError, RuntimeFailure
 from runtime.training import contract
 from runtime.training.store import CheckpointStore

@@ -8,7 +8,7 @@ from planner.cli import main
 from planner.job import parse_job
 from runtime.accounting.alerts import AlertsConfig
 from runtime.accounting.mailer import Mailer, OutboxStatus
-from runtime.control.run_state import new_state
+from runtime.control.run_start import new_state
 from runtime.reports.run_view import load_run
 from tests.accounting.conftest import free_port
 from tests.accounting.helpers import budget_stop_alert

@@ -6,7 +6,7 @@ import pytest
 
 from pricing.pool import Pool
 from runtime.accounting.ledger import IntervalKey
-from runtime.control.run_state import build_summary
+from runtime.control.run_summary import build_summary
 from tests.report.builders import HOUR, T0, SyntheticRun
 
 HELD = Pool(cloud="aws", region="us-east-1", zone=None, instance_type="p4d.24xlarge", gpu="A100",

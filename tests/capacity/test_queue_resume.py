@@ -24,7 +24,7 @@ from runtime.control.detach import ControllerLock, check_free
 from runtime.control.events import read_events
 from runtime.control.held import Window
 from runtime.control.queue_held import QUEUE_HELD_FILE, QueueHeld, read, write
-from runtime.control.run_state import new_state
+from runtime.control.run_start import new_state
 from runtime.errors import RuntimeFailure
 from runtime.training.store import CheckpointStore
 from tests.run.helpers import HEADER, REPO, digits_entrypoint, processes_of, queue_job_toml, wait_for

@@ -1,6 +1,6 @@
 """Synthetic run directories, written through the runtime's own writers.
 
-``state.json`` by :func:`runtime.control.run_state.new_state`/``save_state``, ``events.jsonl`` by
+``state.json`` by :func:`runtime.control.run_start.new_state`/``save_state``, ``events.jsonl`` by
 :class:`runtime.control.events.EventLog`, ``ledger.sqlite`` by :class:`runtime.accounting.ledger.Ledger`,
 checkpoints by :meth:`runtime.training.store.CheckpointStore.commit`, ``work/status.json`` by
 :func:`runtime.training.contract.write_status` and ``summary.json`` by ``build_summary``. Only the
@@ -25,13 +25,9 @@ from planner.job import load_job
 from pricing.pool import Pool
 from runtime.accounting.ledger import IntervalKey, Ledger
 from runtime.control.events import EventLog
-from runtime.control.run_state import (
-    LaunchRecord,
-    build_summary,
-    new_state,
-    save_state,
-    write_summary,
-)
+from runtime.control.run_start import new_state
+from runtime.control.run_state import LaunchRecord, save_state
+from runtime.control.run_summary import build_summary, write_summary
 from runtime.training import contract
 from runtime.training.store import CheckpointStore, Manifest
 

@@ -55,7 +55,7 @@ def test_a_silent_running_run_says_how_to_resume(tmp_path: Path) -> None:
 
 def test_a_run_whose_controller_exited_early_says_how_to_resume(tmp_path: Path) -> None:
     run = SyntheticRun(tmp_path).started().running()
-    from runtime.control.run_state import build_summary, write_summary
+    from runtime.control.run_summary import build_summary, write_summary
 
     write_summary(run.run_dir, build_summary(run.state, run.job, run.ledger, run.store))  # status still running
     view = load_run(run.close())
@@ -73,7 +73,8 @@ def test_figures_of_a_finished_run(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("status", ["failed", "cancelled", "infeasible", "budget_cap"])
 def test_an_unfinished_run_never_met_its_deadline(tmp_path: Path, status: str) -> None:
-    from runtime.control.run_state import build_summary, save_state, write_summary
+    from runtime.control.run_state import save_state
+    from runtime.control.run_summary import build_summary, write_summary
 
     run = SyntheticRun(tmp_path).started().running()
     run.state.status, run.state.active = status, False
@@ -202,7 +203,8 @@ def test_usd(value: float, text: str) -> None:
 
 def test_a_run_stopped_at_its_budget_cap_says_what_finishing_costs(tmp_path: Path) -> None:
     from runtime.accounting.ledger import IntervalKey
-    from runtime.control.run_state import build_summary, save_state, write_summary
+    from runtime.control.run_state import save_state
+    from runtime.control.run_summary import build_summary, write_summary
 
     run = SyntheticRun(tmp_path).started().running()
     run.ledger.close(IntervalKey("l-2", "l-2-n0"), end=T0 + 3 * HOUR, reason="budget cap")

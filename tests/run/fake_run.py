@@ -12,7 +12,8 @@ from runtime.control.clock import ManualClock
 from runtime.control.controller import Controller, Tuning
 from runtime.control.events import read_events
 from runtime.control.held import HeldAllotment
-from runtime.control.run_state import load_state, new_state
+from runtime.control.run_start import new_state
+from runtime.control.run_state import load_state
 from runtime.providers.base import ProviderContext
 from runtime.providers.fake import FakeProvider, FakeScript
 from tests.run.helpers import write_catalog, write_job

@@ -20,7 +20,8 @@ from runtime.control import phases
 from planner.report import plan_json
 from pricing.sources import resolve_catalog
 from runtime.control.replan import first_plan
-from runtime.control.run_state import load_state, new_state
+from runtime.control.run_start import new_state
+from runtime.control.run_state import load_state
 from runtime.providers.fake import Reclaim
 from tests.run.fake_run import AWS_A, SCALE, billed, open_run, script, start_run
 from tests.run.helpers import cluster_table, write_catalog, write_job

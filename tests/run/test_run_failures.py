@@ -12,7 +12,7 @@ from planner.cli import main
 from planner.job import load_job
 from runtime.control.controller import Controller, Tuning
 from runtime.control.events import read_events
-from runtime.control.run_state import new_state
+from runtime.control.run_start import new_state
 from tests.run.helpers import digits_entrypoint, processes_of, write_catalog, write_job
 
 pytestmark = pytest.mark.ddp

@@ -15,15 +15,9 @@ from planner.job import load_job
 from pricing.pool import Pool
 from runtime.control.clock import ManualClock, WallClock
 from runtime.control.events import EventLog, read_events
-from runtime.control.run_state import (
-    LaunchRecord,
-    RunStateError,
-    load_state,
-    new_state,
-    plan_pool,
-    save_state,
-    write_summary,
-)
+from runtime.control.run_start import new_state, plan_pool
+from runtime.control.run_state import LaunchRecord, RunStateError, load_state, save_state
+from runtime.control.run_summary import write_summary
 from tests.run.helpers import write_catalog, write_job
 
 POOL = Pool("aws", "us-east-1", "use1-az1", "g4dn.xlarge", "T4", 1, "spot", 0.16)

@@ -1,0 +1,115 @@
+"""A run's start: the job checked for what `planner run` can follow, the plan's first pool, and the
+fresh state written to its run directory."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from planner.job import JobSpec
+from pricing.pool import Pool, PoolError
+from runtime.control import checkpoint_owner
+from runtime.control.run_state import PRIVATE_DIR, STATE_FILE, RunState, RunStateError, save_state, validation_errors
+
+
+def check_runnable(job: JobSpec, source: str) -> None:
+    """Refuse jobs ``planner run`` cannot follow, naming the key and the fix."""
+    if not job.run.entrypoint:
+        raise RunStateError(
+            f"{source}: run.entrypoint is empty. To fix: give the training command as an argv list, e.g. "
+            'entrypoint = ["python", "train.py"].'
+        )
+    if job.workload.unit == "gpu_hours":
+        raise RunStateError(
+            f"{source}: workload.gpu_hours cannot be followed step by step. To fix: give workload.steps, "
+            "workload.samples, or workload.tokens with workload.global_batch."
+        )
+    if job.workload.unit == "tokens" and not job.workload.global_batch:
+        raise RunStateError(
+            f"{source}: workload.tokens needs workload.global_batch (tokens per optimizer step) so progress "
+            "can be counted from checkpoints. To fix: add global_batch under [workload]."
+        )
+
+
+def plan_pool(plan: dict[str, Any], *, source: str) -> tuple[Pool, int]:
+    """The pool and node count of a plan's first phase (``planner quote --json`` output, or its ``plan``)."""
+    body = plan.get("plan", plan) if isinstance(plan, dict) else None
+    phases = body.get("phases") if isinstance(body, dict) else None
+    if not phases:
+        raise RunStateError(
+            f"{source}: key 'plan.phases' is missing or empty. To fix: pass the output of "
+            "`planner quote JOB --json` for a feasible job."
+        )
+    phase = phases[0]
+    if not isinstance(phase, dict):
+        raise RunStateError(f"{source}: plan.phases[0] is not an object. To fix: regenerate it with "
+                            "`planner quote JOB --json`.")
+    try:
+        pool = Pool.from_dict(phase)
+    except PoolError as exc:
+        raise RunStateError(
+            f"{source}: plan.phases[0]: {exc}. To fix: regenerate it with `planner quote JOB --json`."
+        ) from None
+    try:
+        nodes = int(phase["nodes"])
+    except KeyError:
+        nodes = 0
+    except (TypeError, ValueError):
+        nodes = -1
+    if nodes < 1:
+        raise RunStateError(
+            f"{source}: plan.phases[0] key 'nodes' is missing or not a whole number >= 1. To fix: regenerate it "
+            "with `planner quote JOB --json`."
+        )
+    return pool, nodes
+
+
+def new_state(
+    *, job_path: Path, job: JobSpec, run_dir: Path, catalog: str | None, provider: str, time_scale: float,
+    policy: str, chaos: list[str], plan_path: Path | None = None, use_cache: bool = True,
+) -> RunState:
+    """The state of a fresh run (written to ``run_dir``), refusing a directory that holds one."""
+    if (run_dir / STATE_FILE).exists():
+        raise RunStateError(
+            f"{run_dir}: already holds a run. To fix: continue it with `planner run --resume {run_dir}` or "
+            "choose another --run-dir."
+        )
+    check_runnable(job, str(job_path))
+    checkpoint_dir = job.run.checkpoint_dir
+    if checkpoint_dir is None:
+        checkpoint_dir = str((run_dir / "ckpt").resolve())
+    elif "://" not in checkpoint_dir:
+        checkpoint_dir = str(Path(checkpoint_dir).resolve())
+    try:
+        state = RunState(
+            job_path=str(job_path.resolve()), job=job.model_dump(mode="json"), cwd=str(Path.cwd()),
+            catalog=str(Path(catalog).resolve()) if catalog else None, provider=provider,
+            checkpoint_dir=checkpoint_dir, origin=time.time(), time_scale=time_scale, policy=policy,
+            chaos=list(chaos), use_cache=use_cache,
+        )
+    except ValidationError as exc:
+        raise RunStateError(f"{job_path}: cannot start a run: {validation_errors(exc)}.") from None
+    if plan_path is not None:
+        try:
+            plan = json.loads(plan_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise RunStateError(f"{plan_path}: cannot read the plan ({exc}). To fix: pass a JSON plan file.") from exc
+        state.set_pool(*plan_pool(plan, source=str(plan_path)))
+        state.plan = plan.get("plan", plan) if isinstance(plan, dict) else None
+    made = not run_dir.exists()
+    if made:  # a directory the user made is theirs to set; one we make is private
+        run_dir.mkdir(parents=True)
+        run_dir.chmod(PRIVATE_DIR)  # whatever the umask: the run's job, spend and logs are the team's own
+    try:
+        checkpoint_owner.claim(checkpoint_dir, run_dir=str(run_dir.resolve()), job=job.name)  # the last check
+    except checkpoint_owner.CheckpointDirTaken:
+        if made:
+            shutil.rmtree(run_dir, ignore_errors=True)  # a refused run leaves nothing behind
+        raise
+    save_state(run_dir, state)
+    return state
