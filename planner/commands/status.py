@@ -25,7 +25,8 @@ progress is shown from its state, events and ledger, with its controller: "runni
 that continues it otherwise (detached runs: `planner logs`, `planner cancel`). A queue's run
 directory (`planner run QUEUE.toml`) first says where the queue stands (running with its
 process id, completed, incomplete, cancelled, or stopped with its process gone, and how to
-finish it) and which jobs have not started, then lists its jobs' runs. See docs/report.md,
+finish it) and which jobs have not started, then lists its jobs' runs; in a listing, a
+queue's jobs are named QUEUE_DIR/JOB and its line follows the table. See docs/report.md,
 docs/run.md and docs/capacity.md."""
 
 
@@ -41,61 +42,76 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace, console: Console) -> int:
     from runtime.control.queue_record import is_queue_run
-    from runtime.errors import RuntimeFailure
-    from runtime.reports.queue_view import load_queue
-    from runtime.reports.run_report import figures_table, status_table
+    from runtime.reports.queue_view import find_queues
+    from runtime.reports.run_report import figures_table
     from runtime.reports.run_view import default_runs_dir, find_runs, is_run, load_run
 
-    runs = None
-    queue = None
-    if args.run_dir is None:
-        root = default_runs_dir()
-        runs = find_runs(root)
-    elif is_queue_run(args.run_dir):
-        root = args.run_dir
-        queue = load_queue(root)
-        runs = find_runs(root)
-    elif not is_run(args.run_dir) and args.run_dir.is_dir():
-        root = args.run_dir
-        runs = find_runs(root) or None  # holds no runs either: load_run below says it is not a run
-    if runs is None:
-        view = load_run(args.run_dir)
-        if args.json:
-            print(json.dumps(_with_controller(view), indent=2))
-        else:
-            table = figures_table(view)
-            controller = _controller_text(view)
-            if controller:
-                table.add_row("Controller", controller)
-            console.print(table)
-        return 0
-    views, broken = [], []
+    run_dir: Path | None = args.run_dir
+    root = default_runs_dir() if run_dir is None else run_dir
+    if run_dir is None or is_queue_run(run_dir) or (not is_run(run_dir) and run_dir.is_dir()):
+        queue_dirs = [root] if is_queue_run(root) else find_queues(root)
+        runs = find_runs(root) + [r for q in queue_dirs if q != root for r in find_runs(q)]
+        if run_dir is None or runs or queue_dirs:
+            return _list(root, runs, queue_dirs, args.json, console)
+    view = load_run(root)  # not a run either: it says so
+    if args.json:
+        print(json.dumps(_with_controller(view), indent=2))
+    else:
+        table = figures_table(view)
+        controller = _controller_text(view)
+        if controller:
+            table.add_row("Controller", controller)
+        console.print(table)
+    return 0
+
+
+def _list(root: Path, runs: list[Path], queue_dirs: list[Path], as_json: bool, console: Console) -> int:
+    """The runs under ``root`` (with the jobs of the queues there), and each queue's line.  A queue's
+    own directory as ``root``: its line first, and --json as ``{"queue", "runs"}``."""
+    from runtime.errors import RuntimeFailure
+    from runtime.reports.queue_view import load_queue
+    from runtime.reports.run_report import status_table
+    from runtime.reports.run_view import load_run
+
+    views, broken, queues = [], [], []
     for path in runs:
         try:
             views.append(load_run(path))
         except RuntimeFailure as exc:  # one broken run must not hide the others
             broken.append((path, str(exc)))
-    if args.json:
+    for path in queue_dirs:
+        try:
+            queues.append(load_queue(path))
+        except RuntimeFailure as exc:
+            broken.append((path, str(exc)))
+    own = queues[0] if queue_dirs == [root] and queues else None
+    if as_json:
         rows = [_with_controller(view) for view in views] + [{"run_dir": str(p), "error": e} for p, e in broken]
-        print(json.dumps(rows if queue is None else {"queue": queue.to_dict(), "runs": rows}, indent=2))
+        print(json.dumps(rows if own is None else {"queue": own.to_dict(), "runs": rows}, indent=2))
         return 0
-    if queue is not None:
-        _print_queue(queue, console)
+    if own is not None:
+        _print_queue(own, console, label=None)
     if views:
-        console.print(status_table(views, width=console.width))
+        console.print(status_table(views, width=console.width, root=root))
+    resume_of = {q.run_dir: q.run_dir for q in queues}
     for view in views:
-        controller = _controller_text(view, resume=None if queue is None else queue.run_dir)
+        controller = _controller_text(view, resume=resume_of.get(view.run_dir.parent))
         if controller:
-            console.print(f"{escape(view.run_dir.name)}: {controller}", highlight=False, soft_wrap=True)
+            console.print(f"{escape(str(view.run_dir.relative_to(root)))}: {controller}", highlight=False,
+                          soft_wrap=True)
+    for queue in queues:
+        if queue is not own:
+            _print_queue(queue, console, label=str(queue.run_dir.relative_to(root)))
     for path, error in broken:
         console.print(f"[red]unreadable[/] {escape(path.name)}: {escape(error)}", highlight=False)
-    if not runs and queue is None:
+    if not runs and not queues:
         console.print(f"no runs under {os.fspath(root)} yet (a run directory holds a state.json)")
     return 0
 
 
-def _print_queue(queue, console: Console) -> None:
-    """The queue's line, and its jobs that have no run yet; the started ones follow as runs."""
+def _print_queue(queue, console: Console, *, label: str | None) -> None:
+    """The queue's line, and its jobs that have no run yet; the started ones are listed as runs
+    (``label``: the queue's directory under the runs listed, its jobs named under it)."""
     root = escape(str(queue.run_dir))
     if queue.status == "running":
         where = "" if queue.host is None or queue.host == socket.gethostname() else f" on {escape(queue.host)}"
@@ -105,10 +121,12 @@ def _print_queue(queue, console: Console) -> None:
                 if queue.status == "stopped" else f"cancelled -- finish it: `planner run --resume {root}`")
     else:
         text = queue.status
-    console.print(f"queue {escape(queue.queue)}: {text}", highlight=False, soft_wrap=True)
+    name = escape(queue.queue) if label is None else f"{escape(queue.queue)} ({escape(label)})"
+    console.print(f"queue {name}: {text}", highlight=False, soft_wrap=True)
+    prefix = "" if label is None else f"{escape(label)}/"
     for job in queue.not_started:
         due = "starts" if queue.status == "running" else "was due"
-        console.print(f"{escape(job.job)}: not started (slot {job.start_slot}, {due} {job.starts_at})",
+        console.print(f"{prefix}{escape(job.job)}: not started (slot {job.start_slot}, {due} {job.starts_at})",
                       highlight=False, soft_wrap=True)
 
 

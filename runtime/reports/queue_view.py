@@ -47,6 +47,13 @@ class QueueView:
         return asdict(self) | {"run_dir": str(self.run_dir), "not_started": [asdict(j) for j in self.not_started]}
 
 
+def find_queues(root: Path) -> list[Path]:
+    """The queue run directories directly under ``root`` (a runs directory), by name."""
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and queue_record.is_queue_run(p))
+
+
 def load_queue(run_root: Path) -> QueueView:
     """The queue run in ``run_root``.
 

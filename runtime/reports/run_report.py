@@ -24,6 +24,7 @@ import io
 import os
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from rich.markup import escape
 from rich.table import Table
@@ -179,8 +180,9 @@ def _slack_hours(view: RunView) -> float | None:
     return None if end is None else (view.deadline_at - end) / 3600
 
 
-def status_table(views: list[RunView], *, width: int | None = None) -> Table:
-    """One row per run; at narrow widths the counts, slack, ETA and forecast make way for the run's name."""
+def status_table(views: list[RunView], *, width: int | None = None, root: Path | None = None) -> Table:
+    """One row per run, named by its path under ``root`` (a queue's job: ``queue/job``), else its
+    directory's name; at narrow widths the counts, slack, ETA and forecast make way for the name."""
     columns = [Column("run"), Column("status"), Column("done", "right"), Column("spent", "right"),
                Column("forecast", "right", drop=3), Column("ETA", "right", drop=4), Column("slack", "right", drop=5),
                Column("preempt.", "right", drop=7), Column("replans", "right", drop=6)]
@@ -191,8 +193,9 @@ def status_table(views: list[RunView], *, width: int | None = None) -> Table:
         if fc and fc.budget_fraction is not None:
             forecast += f" ({fc.budget_fraction:.0%})"
         slack = _slack_hours(view)
+        name = view.run_dir.name if root is None else str(view.run_dir.relative_to(root))
         rows.append([
-            escape(view.run_dir.name), view.status, f"{view.progress:.0%}" if view.progress is not None else "?",
+            escape(name), view.status, f"{view.progress:.0%}" if view.progress is not None else "?",
             usd(view.spent_usd), forecast, f"in {(view.eta - view.as_of) / 3600:,.2f} h" if view.eta else "-",
             "-" if slack is None else f"[red]{slack:+,.2f} h[/]" if slack < 0 else f"{slack:+,.2f} h",
             str(view.preemptions), str(view.replans),

@@ -199,6 +199,15 @@ def test_a_killed_queue_is_finished_by_resuming_its_run_directory(tmp_path: Path
     assert "b: not started (slot 15, was due " in text
     assert f"controller gone -- continue it: `planner run --resume {root}`" in text  # the queue, not a alone
     assert doc["queue"]["status"] == "stopped" and doc["runs"][0]["controller"]["alive"] is False
+    # From the directory that holds the queue (as ./runs holds the queues `planner run QUEUE.toml` starts):
+    # its jobs among the runs, named under the queue's directory, and the queue's line.
+    assert main(["status", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert " runs/a " in text and "runs/a: controller gone" in text
+    assert f"queue q (runs): stopped (its process is gone) -- finish it: `planner run --resume {root}`" in text
+    assert "runs/b: not started (slot 15, was due " in text
+    assert main(["status", str(tmp_path), "--json"]) == 0
+    assert [r["run_dir"] for r in json.loads(capsys.readouterr().out)] == [str(root / "a")]
     assert not (root / "b").exists(), "b started before its slot"
     assert not (root / "queue.json").exists()  # the queue never got to write its outcome
     record = queue_record.read(root)
