@@ -6,6 +6,7 @@ an error, an event) is never parsed as HTML -- and drawing the charts as SVG its
 
     GET  /                      runs list         GET /api/runs            rows (planner status --json's keys)
     GET  /runs/{name}           a run's page      GET /api/runs/{name}     its detail
+                                (name: RUN, or QUEUE_DIR/JOB for a queue's job)
     GET  /quote                 the quote page    GET /api/jobs            jobs to quote
     GET  /api/stream            SSE: "runs" whenever a run's files change
     GET  /api/runs/{name}/stream  SSE: "run" whenever that run's files change
@@ -84,7 +85,8 @@ def create_app(config: DashboardConfig) -> Any:
         return serve
 
     app.add_api_route("/", page("index"), methods=["GET"], include_in_schema=False)
-    app.add_api_route("/runs/{name}", page("run"), methods=["GET"], include_in_schema=False)
+    # {name:path}: a queue's job is QUEUE_DIR/JOB (RunsDir.path checks every name)
+    app.add_api_route("/runs/{name:path}", page("run"), methods=["GET"], include_in_schema=False)
     app.add_api_route("/quote", page("quote"), methods=["GET"], include_in_schema=False)
 
     @app.get("/static/{asset}", include_in_schema=False)
@@ -101,15 +103,6 @@ def create_app(config: DashboardConfig) -> Any:
     async def list_runs() -> Response:
         return _json(await _rows(runs))
 
-    @app.get("/api/runs/{name}")
-    async def one_run(name: str) -> Response:
-        try:
-            return _json(await run_in_threadpool(lambda: run_detail(runs.view(name))))
-        except RunNotFound as exc:
-            return _json({"error": str(exc)}, 404)
-        except RuntimeFailure as exc:
-            return _json({"error": str(exc)}, 500)
-
     @app.get("/api/stream")
     async def stream_runs(request: Request) -> StreamingResponse:
         async def changed() -> tuple[Any, Any]:
@@ -117,7 +110,7 @@ def create_app(config: DashboardConfig) -> Any:
             return sig, (lambda: _rows(runs))
         return _sse(request, "runs", changed, config)
 
-    @app.get("/api/runs/{name}/stream")
+    @app.get("/api/runs/{name:path}/stream")
     async def stream_run(name: str, request: Request) -> Response:
         try:
             runs.path(name)
@@ -128,6 +121,16 @@ def create_app(config: DashboardConfig) -> Any:
             sig = await run_in_threadpool(lambda: runs.signature([name]))
             return sig, (lambda: _detail_or_error(runs, name))
         return _sse(request, "run", changed, config)
+
+    # After .../stream, which this route would match too.
+    @app.get("/api/runs/{name:path}")
+    async def one_run(name: str) -> Response:
+        try:
+            return _json(await run_in_threadpool(lambda: run_detail(runs.view(name), name=name)))
+        except RunNotFound as exc:
+            return _json({"error": str(exc)}, 404)
+        except RuntimeFailure as exc:
+            return _json({"error": str(exc)}, 500)
 
     @app.get("/api/jobs")
     async def jobs() -> Response:
@@ -176,7 +179,7 @@ async def _rows(runs: RunsDir) -> dict[str, Any]:
 
 async def _detail_or_error(runs: RunsDir, name: str) -> dict[str, Any]:
     try:
-        return await run_in_threadpool(lambda: run_detail(runs.view(name)))
+        return await run_in_threadpool(lambda: run_detail(runs.view(name), name=name))
     except RuntimeFailure as exc:
         return {"error": str(exc)}
 

@@ -15,7 +15,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from runtime.control.queue_record import is_queue_run
 from runtime.errors import RuntimeFailure
+from runtime.reports.queue_view import find_queues
 from runtime.reports.run_report import figures
 from runtime.reports.run_view import RunView, find_runs, is_run, load_run
 
@@ -50,18 +52,29 @@ class RunsDir:
         self._cache: dict[str, tuple[tuple[Any, ...], RunView | str]] = {}
 
     def names(self) -> list[str]:
-        return [p.name for p in find_runs(self.root)]
+        """The runs directly under the root, then the jobs of each queue there as ``QUEUE_DIR/JOB``."""
+        return [p.name for p in find_runs(self.root)] + [
+            f"{q.name}/{p.name}" for q in find_queues(self.root) for p in find_runs(q)]
 
     def path(self, name: str) -> Path:
-        """The run directory ``name`` names, only ever a direct child of the root.
+        """The run directory ``name`` names: a direct child of the root, or a direct child of a queue's
+        run directory that is one (``QUEUE_DIR/JOB``), never anything else.
 
         Raises:
             RunNotFound: no such run (also for a name that tries to leave the root).
         """
-        candidate = self.root / name
-        if (name in ("", ".", "..") or "/" in name or "\\" in name or "\x00" in name
-                or candidate.resolve().parent != self.root.resolve() or not is_run(candidate)):
-            raise RunNotFound(f"no run {name!r} under {self.root}")
+        parts = name.split("/")
+        missing = RunNotFound(f"no run {name!r} under {self.root}")
+        if len(parts) > 2 or any(p in ("", ".", "..") or "\\" in p or "\x00" in p for p in parts):
+            raise missing
+        parent = self.root
+        if len(parts) == 2:
+            parent = self.root / parts[0]
+            if parent.resolve().parent != self.root.resolve() or not is_queue_run(parent):
+                raise missing
+        candidate = parent / parts[-1]
+        if candidate.resolve().parent != parent.resolve() or not is_run(candidate):
+            raise missing
         return candidate
 
     def signature(self, names: list[str] | None = None) -> tuple[Any, ...]:
@@ -97,18 +110,19 @@ class RunsDir:
         rows, broken = [], []
         for name in self.names():
             try:
-                rows.append(run_row(self.view(name)))
+                rows.append(run_row(self.view(name), name=name))
             except RuntimeFailure as exc:
                 broken.append({"name": name, "error": str(exc)})
         return {"root": str(self.root), "runs": rows, "broken": broken}
 
 
-def run_row(view: RunView) -> dict[str, Any]:
-    """One run for the runs list: ``planner status --json``'s object plus the numbers the page draws."""
+def run_row(view: RunView, *, name: str) -> dict[str, Any]:
+    """One run for the runs list (``name``: as :meth:`RunsDir.names` gives it): ``planner status --json``'s
+    object plus the numbers the page draws."""
     row = view.to_dict()
     fc = view.forecast
     row.update(
-        name=view.run_dir.name,
+        name=name,
         eta_t=view.eta,
         deadline_t=view.deadline_at,
         as_of_t=view.as_of,
@@ -120,10 +134,10 @@ def run_row(view: RunView) -> dict[str, Any]:
     return row
 
 
-def run_detail(view: RunView, *, now: float | None = None) -> dict[str, Any]:
+def run_detail(view: RunView, *, name: str, now: float | None = None) -> dict[str, Any]:
     """Everything a run page shows: the row, the figures ``planner status`` prints, the curve,
     launches, timeline, thresholds, the raw event log and the final summary."""
-    detail = run_row(view)
+    detail = run_row(view, name=name)
     detail.update(
         figures=[[k, v] for k, v in figures(view, now=time.time() if now is None else now)],
         curve=[list(p) for p in view.curve],

@@ -151,6 +151,30 @@ def test_names_outside_the_runs_directory_are_not_found(tmp_path, served) -> Non
     assert httpx.get(served.url + "/static/../app.py", timeout=30).status_code == 404
 
 
+def test_a_queues_jobs_are_named_under_it_and_nothing_else_below_the_root_is_served(tmp_path, runs, served) -> None:
+    queue = runs / "q-1"
+    queue.mkdir()
+    (queue / "queue_run.json").write_text("{}")
+    finished_run(queue, name="a")
+    not_a_queue = runs / "plain"  # a folder holding a run, but not a queue's: not served
+    not_a_queue.mkdir()
+    finished_run(not_a_queue, name="b")
+    outside = tmp_path / "outside"  # a queue outside the root, linked into it
+    outside.mkdir()
+    (outside / "queue_run.json").write_text("{}")
+    finished_run(outside, name="c")
+    (runs / "link").symlink_to(outside)
+    assert [r["name"] for r in httpx.get(served.url + "/api/runs", timeout=30).json()["runs"]] == ["done", "q-1/a"]
+    for name in ("q-1/a", "q-1%2Fa"):
+        answer = httpx.get(f"{served.url}/api/runs/{name}", timeout=30)
+        assert answer.status_code == 200 and answer.json()["name"] == "q-1/a", name
+    assert _first_event(served.url + "/api/runs/q-1%2Fa/stream")["name"] == "q-1/a"
+    assert httpx.get(served.url + "/runs/q-1%2Fa", timeout=30).status_code == 200  # the run page
+    for name in ("q-1", "q-1/a/state.json", "plain/b", "link/c", "q-1/..%2Fdone", "q-1//a", "q-1/nope"):
+        assert httpx.get(f"{served.url}/api/runs/{name}", timeout=30).status_code == 404, name
+    assert httpx.get(served.url + "/api/runs/link/c/stream", timeout=30).status_code == 404
+
+
 def test_quote_requests_are_checked(served) -> None:
     url = served.url + "/api/quote"
     form = httpx.post(url, content='{"toml": "x"}', headers={"content-type": "text/plain"}, timeout=30)

@@ -146,6 +146,29 @@ def test_a_run_name_with_html_renders_as_text(tmp_path, page) -> None:
         served.stop()
 
 
+def test_a_queues_job_is_listed_under_its_queue_and_its_page_opens(tmp_path, page) -> None:
+    from runtime.control.queue_record import QUEUE_RUN_FILE
+    from runtime.dashboard.app import DashboardConfig
+    from runtime.dashboard.server import start_in_thread
+
+    queue = tmp_path / "runs" / "q-20261207-004500"  # as `planner run QUEUE.toml` names a queue's directory
+    queue.mkdir(parents=True)
+    (queue / QUEUE_RUN_FILE).write_text("{}")
+    finished_run(queue, name="a")
+    served = start_in_thread(DashboardConfig(runs_dir=tmp_path / "runs", poll_s=0.5))
+    try:
+        page.goto(served.url + "/")
+        link = page.locator('#runs tr[data-run="q-20261207-004500/a"] a')
+        link.wait_for()
+        link.click()
+        page.locator("#run-status.completed").wait_for()
+        assert page.locator("#run-name").inner_text() == "q-20261207-004500/a"
+        figures = page.locator("#figures").inner_text()
+        assert "Spent" in figures and "completed" in figures, figures  # its own figures, read from its files
+    finally:
+        served.stop()
+
+
 def test_the_spend_chart_draws_the_budget_and_its_alert_thresholds_when_within_reach(tmp_path, page) -> None:
     from runtime.control.run_state import load_state, save_state
     from runtime.dashboard.app import DashboardConfig
