@@ -259,6 +259,10 @@ def detach_run(run_dir: Path, args: argparse.Namespace, console: Console, *, que
     if args.json:
         extra.append("--json")
     record = detach.start_detached(run_dir, extra)
+    if args.json:  # what was started, for a script; the background process's own --json goes to its log
+        print(json.dumps({"run_dir": str(run_dir), "queue": queue, "pid": None if record is None else record.pid,
+                          "log": str(run_dir / detach.LOG_FILE)}, indent=2))
+        return 0
     where = f"pid {record.pid}" if record is not None else "still starting"
     console.print(f"{'queue' if queue else 'run'} directory: {run_dir}")
     console.print(f"{'queue' if queue else 'controller'}: in the background ({where}); its log: "

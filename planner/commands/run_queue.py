@@ -8,6 +8,7 @@ import argparse
 import datetime as dt
 import json
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -38,7 +39,8 @@ def run_queue_command(args: argparse.Namespace, console: Console, tuning: Any) -
         render(result, console)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_root = Path(args.run_dir or f"runs/{spec.name}-{stamp}")
-    console.print(f"queue run directory: {run_root} (one run directory per job)")
+    if not args.json:  # stdout is one JSON document then
+        console.print(f"queue run directory: {run_root} (one run directory per job)")
     options = QueueRunOptions(catalog=args.catalog, provider=args.provider, time_scale=args.time_scale,
                               policy=args.policy, use_cache=not args.no_cache, tuning=tuning)
     if args.detach:
@@ -60,7 +62,8 @@ def resume_queue_command(args: argparse.Namespace, console: Console, tuning: Any
     if args.detach:
         queue_record.read(run_root)  # a damaged record is named here, not in the background's log
         return detach_run(run_root, args, console, queue=True)
-    console.print(f"queue run directory: {run_root}")
+    if not args.json:
+        console.print(f"queue run directory: {run_root}")
     return _report(_stoppable(lambda: resume_queue(run_root, tuning, on_event=_printer(args, console))),
                    run_root, args, console)
 
@@ -100,7 +103,10 @@ def _report(out: dict[str, Any], run_root: Path, args: argparse.Namespace, conso
         console.print(fitted_table([Column("job"), Column("status"), Column("cost", "right"), Column("hours", "right"),
                                     Column("run directory", drop=1)], rows, width=console.width))
     if out["status"] == "cancelled":
-        console.print(f"stopped ({out['stopped_by']}); continue the queue with `planner run --resume {run_root}`",
-                      soft_wrap=True)  # a command to paste: never broken across lines
+        hint = f"stopped ({out['stopped_by']}); continue the queue with `planner run --resume {run_root}`"
+        if args.json:  # stdout holds the JSON alone
+            print(hint, file=sys.stderr)
+        else:
+            console.print(hint, soft_wrap=True, markup=False)  # a command to paste: never broken across lines
         return 143 if out["stopped_by"] == "SIGTERM" else 130
     return 0 if out["status"] == "completed" else 1

@@ -26,7 +26,7 @@ def _job(name: str, submit: float) -> str:
     return queue_job_toml(name, submit, steps=STEPS, deadline_hours=DEADLINE)
 
 
-def test_a_queue_runs_each_job_through_its_own_controller_as_scheduled(tmp_path: Path) -> None:
+def test_a_queue_runs_each_job_through_its_own_controller_as_scheduled(tmp_path: Path, capsys) -> None:
     catalog = tmp_path / "catalog.csv"
     catalog.write_text(HEADER + "\naws,us-east-1,,g4dn.xlarge,T4,1,16,4,16,0.526,0.16,,,0.0,,2026-11-30,test\n")
     queue = tmp_path / "queue.toml"
@@ -34,9 +34,11 @@ def test_a_queue_runs_each_job_through_its_own_controller_as_scheduled(tmp_path:
                      '[[reservation]]\ncloud = "aws"\nregion = "us-east-1"\ninstance_type = "g4dn.xlarge"\ncount = 1\n'
                      + _job("a", 0) + _job("b", SLOT_HOURS / 2))  # b arrives mid-slot 0: it may start at slot 1
     root = tmp_path / "runs"
-    rc = main(["run", str(queue), "--catalog", str(catalog), "--run-dir", str(root), "--time-scale", str(TIME_SCALE)])
+    rc = main(["run", str(queue), "--catalog", str(catalog), "--run-dir", str(root), "--time-scale", str(TIME_SCALE),
+               "--json"])
     out = json.loads((root / "queue.json").read_text())
     assert rc == 0, out
+    assert json.loads(capsys.readouterr().out) == out  # stdout is the outcome alone, one JSON document
     assert [j["job"] for j in out["jobs"]] == ["a", "b"] and out["status"] == "completed"
     origins = {}
     for name, start_slot in (("a", 0), ("b", 1)):
@@ -118,9 +120,10 @@ def test_a_detached_queue_runs_in_the_background_and_its_directory_is_not_reused
                      + _job("a", 0) + _job("b", SLOT_HOURS / 2))
     root = tmp_path / "runs"
     args = ["run", str(queue), "--catalog", str(catalog), "--run-dir", str(root), "--time-scale", str(TIME_SCALE)]
-    assert main([*args, "--detach"]) == 0
-    out = capsys.readouterr().out
-    assert "in the background (pid" in out and f"planner cancel {root}" in out
+    assert main([*args, "--detach", "--json"]) == 0
+    started = json.loads(capsys.readouterr().out)  # what was started, for a script
+    assert started["run_dir"] == str(root) and started["queue"] is True
+    assert started["pid"] == json.loads((root / "controller.json").read_text())["pid"]
     deadline = time.monotonic() + 240
     while not (root / "queue.json").exists():  # written when the background process has run every job
         assert time.monotonic() < deadline, (root / "controller.log").read_text()
@@ -129,6 +132,8 @@ def test_a_detached_queue_runs_in_the_background_and_its_directory_is_not_reused
     assert result["status"] == "completed", result
     assert [json.loads((root / n / "summary.json").read_text())["steps"] for n in ("a", "b")] == [STEPS, STEPS]
     assert (root / "controller.log").stat().st_mode & 0o777 == 0o600
+    log = (root / "controller.log").read_text()
+    assert json.loads(log[log.index("{"):])["status"] == "completed"  # the queue's own --json, in its log
     deadline = time.monotonic() + 30
     while processes_of(str(root)):  # the background process writes queue.json just before it exits
         assert time.monotonic() < deadline
