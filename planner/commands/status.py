@@ -93,9 +93,10 @@ def _list(root: Path, runs: list[Path], queue_dirs: list[Path], as_json: bool, c
         _print_queue(own, console, label=None)
     if views:
         console.print(status_table(views, width=console.width, root=root))
-    resume_of = {q.run_dir: q.run_dir for q in queues}
+    queue_roots = {q.run_dir for q in queues}
     for view in views:
-        controller = _controller_text(view, resume=resume_of.get(view.run_dir.parent))
+        in_queue = view.run_dir.parent in queue_roots
+        controller = _controller_text(view, resume=view.run_dir.parent if in_queue else None)
         if controller:
             console.print(f"{escape(str(view.run_dir.relative_to(root)))}: {controller}", highlight=False,
                           soft_wrap=True)
@@ -117,8 +118,8 @@ def _print_queue(queue, console: Console, *, label: str | None) -> None:
         where = "" if queue.host is None or queue.host == socket.gethostname() else f" on {escape(queue.host)}"
         text = f"running (queue pid {queue.pid}{where}); stop it: `planner cancel {root}`"
     elif queue.resumable:
-        text = (f"[red]{queue.status}[/] (its process is gone) -- finish it: `planner run --resume {root}`"
-                if queue.status == "stopped" else f"cancelled -- finish it: `planner run --resume {root}`")
+        gone = " (its process is gone)" if queue.status == "stopped" else ""
+        text = f"[red]{queue.status}[/]{gone} -- finish it: `planner run --resume {root}`"
     else:
         text = queue.status
     name = escape(queue.queue) if label is None else f"{escape(queue.queue)} ({escape(label)})"
