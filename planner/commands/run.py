@@ -267,8 +267,7 @@ def detach_run(run_dir: Path, args: argparse.Namespace, console: Console, *, que
     console.print(f"{'queue' if queue else 'run'} directory: {run_dir}")
     console.print(f"{'queue' if queue else 'controller'}: in the background ({where}); its log: "
                   f"{run_dir / detach.LOG_FILE}", soft_wrap=True)
-    follow = f"{run_dir}/JOB" if queue else str(run_dir)
-    console.print(f"  follow it:   planner logs {follow} --follow", soft_wrap=True)
+    console.print(f"  follow it:   planner logs {run_dir} --follow", soft_wrap=True)
     console.print(f"  where it is: planner status {run_dir}", soft_wrap=True)
     console.print(f"  stop it:     planner cancel {run_dir}   (continue later: planner run --resume {run_dir})",
                   soft_wrap=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
+from runtime.control import detach
 from runtime.control.queue_held import read as read_queue_held
 from tests.run.helpers import HEADER, processes_of, queue_job_toml
 
@@ -124,16 +125,16 @@ def test_a_detached_queue_runs_in_the_background_and_its_directory_is_not_reused
     started = json.loads(capsys.readouterr().out)  # what was started, for a script
     assert started["run_dir"] == str(root) and started["queue"] is True
     assert started["pid"] == json.loads((root / "controller.json").read_text())["pid"]
-    deadline = time.monotonic() + 240
-    while not (root / "queue.json").exists():  # written when the background process has run every job
-        assert time.monotonic() < deadline, (root / "controller.log").read_text()
-        time.sleep(0.5)
+    assert main(["logs", str(root), "--follow"]) == 0  # returns when the queue's process has exited
+    followed = capsys.readouterr().out  # with --json, the process's outcome alone, printed as it exits
+    assert not detach.is_alive(detach.read_record(root))
+    assert main(["logs", str(root / "a")]) == 2  # a queue's job has no log of its own: the queue's has its lines
+    assert f"planner logs {root}" in capsys.readouterr().err
     result = json.loads((root / "queue.json").read_text())
+    assert json.loads(followed) == result
     assert result["status"] == "completed", result
     assert [json.loads((root / n / "summary.json").read_text())["steps"] for n in ("a", "b")] == [STEPS, STEPS]
     assert (root / "controller.log").stat().st_mode & 0o777 == 0o600
-    log = (root / "controller.log").read_text()
-    assert json.loads(log[log.index("{"):])["status"] == "completed"  # the queue's own --json, in its log
     deadline = time.monotonic() + 30
     while processes_of(str(root)):  # the background process writes queue.json just before it exits
         assert time.monotonic() < deadline
