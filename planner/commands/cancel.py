@@ -103,6 +103,7 @@ def _cancel_queue(run_root: Path, timeout_s: float, console: Console) -> int:
     died while it stopped) as for one run whose controller is gone."""
     from runtime.control import detach, queue_record
     from runtime.control.run_state import STATE_FILE, load_state
+    from runtime.reports.queue_view import load_queue
 
     record = queue_record.read(run_root)
     live = detach.liveness(run_root)
@@ -110,6 +111,11 @@ def _cancel_queue(run_root: Path, timeout_s: float, console: Console) -> int:
         raise detach.DetachError(f"{run_root}: its queue runs on {live.record.host} (pid {live.record.pid}); run "
                                  "`planner cancel` there.")
     started = [job.name for job in record.jobs if (run_root / job.name / STATE_FILE).exists()]
+    ended = load_queue(run_root).status
+    if ended in ("completed", "incomplete") and all(load_state(run_root / n).status != "running" for n in started):
+        console.print(f"{escape(str(run_root))}: the queue already ended ({ended}); nothing to cancel.",
+                      soft_wrap=True)
+        return 0
     if live.alive and live.record is not None and detach.signal_controller(live.record, signal.SIGTERM):
         console.print(f"asked the queue (pid {live.record.pid}) to stop: every job's workers checkpoint, then "
                       "their nodes are released", soft_wrap=True)
@@ -126,12 +132,16 @@ def _cancel_queue(run_root: Path, timeout_s: float, console: Console) -> int:
         # still running: its controller was the queue's process, gone now, or a resume of this job alone
         if load_state(run_root / name).status == "running" and not _stop_run(run_root / name, timeout_s, console):
             return EXIT_NOT_STOPPED
+    left = False  # a job the resume would run: not started, or stopped before it ended
     for job in record.jobs:
         if job.name in started:
             _outcome(run_root / job.name, console, hint=False)
+            left = left or load_state(run_root / job.name).status == "cancelled"
         else:
             console.print(f"{escape(job.name)}: not started", soft_wrap=True)
-    console.print(f"continue the queue with `planner run --resume {escape(str(run_root))}`", soft_wrap=True)
+            left = True
+    if left:
+        console.print(f"continue the queue with `planner run --resume {escape(str(run_root))}`", soft_wrap=True)
     return 0
 
 

@@ -39,7 +39,7 @@ def run_queue_command(args: argparse.Namespace, console: Console, tuning: Any) -
         render(result, console)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_root = Path(args.run_dir or f"runs/{spec.name}-{stamp}")
-    if not args.json:  # stdout is one JSON document then
+    if not args.json and not args.detach:  # --json: stdout is one JSON document; --detach says it itself
         console.print(f"queue run directory: {run_root} (one run directory per job)")
     options = QueueRunOptions(catalog=args.catalog, provider=args.provider, time_scale=args.time_scale,
                               policy=args.policy, use_cache=not args.no_cache, tuning=tuning)

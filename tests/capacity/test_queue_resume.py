@@ -232,6 +232,8 @@ def test_a_killed_queue_is_finished_by_resuming_its_run_directory(tmp_path: Path
     text, doc = _status(root, capsys)
     assert "queue q: completed" in text and "not started" not in text
     assert doc["queue"]["not_started"] == [] and [r["status"] for r in doc["runs"]] == ["completed", "completed"]
+    assert main(["cancel", str(root)]) == 0
+    assert "the queue already ended (completed); nothing to cancel" in capsys.readouterr().out
 
     # Resuming a finished queue runs nothing again and reports the same outcomes.
     before = {name: (root / name / "events.jsonl").read_bytes() for name in ("a", "b")}
