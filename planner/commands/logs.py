@@ -61,10 +61,9 @@ def handle(args: argparse.Namespace, console: Console) -> int:
                 f"{path}: a queue's job has no log of its own; its queue's process writes every job's lines to "
                 f"`planner logs {run_dir.parent}` (its events: `planner status {run_dir}`)."
             ) from None
-        raise detach.DetachError(
-            f"{path}: no controller log; the {'queue' if queue else 'run'} was not started with --detach (its "
-            f"events: `planner status {run_dir}`, `planner report {run_dir}`)."
-        ) from None
+        where = f"`planner status {run_dir}`" + ("" if queue else f", `planner report {run_dir}`")
+        raise detach.DetachError(f"{path}: no controller log; the {'queue' if queue else 'run'} was not started with "
+                                 f"--detach (its events: {where}).") from None
     out = sys.stdout.buffer
     with log:
         _copy(log, out)
