@@ -14,6 +14,8 @@ import pytest
 
 from planner.cli import main
 from pricing.pool import Pool
+from runtime.control.queue_record import QUEUE_RUN_FILE
+from runtime.control.run_start import run_id_for
 from runtime.control.run_state import LaunchRecord, load_state, save_state
 from runtime.providers import registry
 from runtime.providers.base import Provider
@@ -27,6 +29,7 @@ from runtime.providers.cloud_api import (
     InstanceRequest,
     InstanceState,
 )
+from runtime.providers.gcp import label_value
 from tests.run.fake_run import new_run, phase
 
 
@@ -40,7 +43,7 @@ class MemoryCompute(ComputeAPI):
         self.fail: str | None = None
 
     def add(self, id_: str, run: str, *, launch: str = "l-1", hourly_usd: float | None = None) -> None:
-        tags = {TAG_RUN: run, TAG_LAUNCH: launch, TAG_NODE: f"{run}-{launch}-n0"}
+        tags = {TAG_RUN: self.tag_value(run), TAG_LAUNCH: launch, TAG_NODE: f"{run}-{launch}-n0"}
         self.instances[id_] = Instance(id=id_, name=tags[TAG_NODE], state=InstanceState.RUNNING, zone="z-1",
                                        tags=tags, hourly_usd=hourly_usd)
 
@@ -107,6 +110,13 @@ class _MemoryProvider(Provider):
         pass
 
 
+class LabelCompute(MemoryCompute):
+    """A cloud that keeps tags as GCE keeps labels: lower case, ``-`` for what a label cannot hold."""
+
+    def tag_value(self, value: str) -> str:
+        return label_value(value)
+
+
 class MemCloudA(_MemoryProvider):
     cloud = "mema"
 
@@ -126,17 +136,24 @@ def clouds(monkeypatch: pytest.MonkeyPatch) -> dict[str, MemoryCompute]:
     return CLOUDS
 
 
+def _run(tmp_path: Path, where: Path, status: str) -> Path:
+    """A run made in ``where`` (its state's run id as planner run gives it there), ended with ``status``."""
+    made = tmp_path / "made" / where.relative_to(tmp_path)
+    made.mkdir(parents=True)
+    state = load_state(new_run(made))
+    state.status = status
+    state.run_id = run_id_for(where)  # as if started in ``where``, not where new_run made it
+    where.parent.mkdir(parents=True, exist_ok=True)
+    (made / "run").rename(where)
+    save_state(where, state)
+    return where
+
+
 def _runs(tmp_path: Path) -> Path:
     """runs/ended (completed), runs/live (running); a third run's directory was deleted."""
     runs = tmp_path / "runs"
     for name, status in (("ended", "completed"), ("live", "running")):
-        (tmp_path / name).mkdir()
-        run_dir = new_run(tmp_path / name)
-        state = load_state(run_dir)
-        state.status = status
-        save_state(run_dir, state)
-        runs.mkdir(exist_ok=True)
-        run_dir.rename(runs / name)
+        _run(tmp_path, runs / name, status)
     return runs
 
 
@@ -232,3 +249,40 @@ def test_gc_asks_the_clouds_not_the_provider_that_routes_to_them(
     assert main(["gc", "--runs-dir", str(runs)]) == 0
     out = capsys.readouterr().out
     assert "i-ended" in out and "auto" not in out
+
+
+def test_the_jobs_of_queues_are_told_apart_and_a_running_ones_instances_kept(tmp_path: Path, clouds, capsys) -> None:
+    # Two queues of the team each ran a job called "train": their instances carry the queue's directory in
+    # their run id, so one queue's ended job never takes the other's running one down. An instance of a run
+    # started before run ids were kept carries the directory's name alone: found by it, kept while it runs.
+    runs = tmp_path / "runs"
+    for queue in ("nightly-1", "nightly-2"):
+        (runs / queue).mkdir(parents=True)
+        (runs / queue / QUEUE_RUN_FILE).write_text("{}")
+    _run(tmp_path, runs / "nightly-1" / "train", "completed")
+    _run(tmp_path, runs / "nightly-2" / "train", "running")
+    old = _run(tmp_path, runs / "nightly-2" / "eval", "running")
+    state = load_state(old)
+    state.run_id = None
+    save_state(old, state)
+    a = clouds["mema"]
+    a.add("i-ended", "nightly-1-train")
+    a.add("i-live", "nightly-2-train")
+    a.add("i-old", "eval")
+    a.add("i-bare", "train")  # no run is known by the job's name alone: gone
+    assert main(["gc", "--runs-dir", str(runs), "--yes"]) == 0
+    assert sorted(a.deleted) == ["i-bare", "i-ended"], capsys.readouterr().out
+    assert sorted(a.instances) == ["i-live", "i-old"]
+
+
+def test_a_cloud_that_changes_tags_still_finds_the_run(tmp_path: Path, clouds, monkeypatch, capsys) -> None:
+    # A GCE label is lower case: the tag of a run named "GPT-7B-..." comes back as "gpt-7b-...". gc matched
+    # it against the directory's name and deleted a running run's VM as "run directory gone".
+    clouds["mema"] = LabelCompute("mema")
+    runs = tmp_path / "runs"
+    _run(tmp_path, runs / "GPT-7B.finetune", "running")
+    clouds["mema"].add("i-live", "GPT-7B.finetune")
+    assert clouds["mema"].instances["i-live"].tags[TAG_RUN] == "gpt-7b-finetune"
+    assert main(["gc", "--runs-dir", str(runs), "--yes"]) == 0
+    assert "kept: the run is running" in capsys.readouterr().out
+    assert clouds["mema"].deleted == []

@@ -80,6 +80,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             f"{runs_dir}: no runs directory there, so every instance would look orphaned. To fix: pass "
             "--runs-dir DIR, the directory `planner run` put its runs in (an empty one if they are all gone)."
         )
+    runs = _runs_by_tag(runs_dir)
     found: list[Found] = []
     for name, api in clouds.items():
         try:
@@ -88,7 +89,10 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             failed.append(name)
             console.print(f"[red]{escape(name)}[/]: cannot list instances: {escape(str(exc))}", highlight=False)
             continue
-        found.extend(_judge(name, instance, runs_dir) for instance in instances)
+        by_tag: dict[str, list[object]] = {}  # as this cloud stores the tag
+        for tag, states in runs.items():
+            by_tag.setdefault(api.tag_value(tag), []).extend(states)
+        found.extend(_judge(name, instance, by_tag) for instance in instances)
     orphans = [f for f in found if f.orphan]
     _print(found, console)
     kept = [f for f in found if not f.orphan]
@@ -139,25 +143,46 @@ def _options() -> Mapping[str, object]:
     return {}  # the provider's defaults and its SDK's default credential chain
 
 
-def _judge(provider: str, instance, runs_dir: Path) -> Found:
+def _runs_by_tag(runs_dir: Path) -> dict[str, list[object]]:
+    """Every run under ``runs_dir`` -- those directly in it and the jobs of the queues in it -- by the id
+    its cloud resources carry (``danlu-run``): its state, or why it cannot be read.  A list:
+    runs started before the id was kept in their state are known by their directory's name, which two
+    queues' jobs may share."""
+    from runtime.control.run_start import run_id_for
     from runtime.control.run_state import RunStateError, load_state
+    from runtime.reports.queue_view import find_queues
+    from runtime.reports.run_view import find_runs
+
+    out: dict[str, list[object]] = {}
+    for run_dir in [*find_runs(runs_dir), *(r for q in find_queues(runs_dir) for r in find_runs(q))]:
+        try:
+            state = load_state(run_dir)
+            out.setdefault(state.tag(run_dir), []).append(state)
+        except RunStateError as exc:  # whichever id it had, its instances are kept
+            for tag in {run_id_for(run_dir), run_dir.name}:
+                out.setdefault(tag, []).append(str(exc))
+    return out
+
+
+def _judge(provider: str, instance, runs: Mapping[str, list[object]]) -> Found:
     from runtime.providers.cloud_api import TAG_LAUNCH, TAG_RUN
 
     run = instance.tags.get(TAG_RUN, "")
-    run_dir = runs_dir / run
-    if not run or Path(run).name != run or not (run_dir / "state.json").exists():
+    states = runs.get(run, [])
+    if not states:
         return Found(provider, instance, run, "run directory gone", True, instance.hourly_usd)
-    try:
-        state = load_state(run_dir)
-    except RunStateError as exc:
-        return Found(provider, instance, run, f"kept: run state unreadable ({exc})", False, instance.hourly_usd)
+    unreadable = [s for s in states if isinstance(s, str)]
+    if unreadable:
+        return Found(provider, instance, run, f"kept: run state unreadable ({unreadable[0]})", False,
+                     instance.hourly_usd)
     hourly = instance.hourly_usd
     if hourly is None:  # the price the run planned it at
         launch = instance.tags.get(TAG_LAUNCH)
-        hourly = next((r.pool.hourly_usd for r in state.launches if r.launch_id == launch), None)
-    if state.status == "running":
+        hourly = next((r.pool.hourly_usd for s in states for r in s.launches if r.launch_id == launch), None)
+    if any(s.status == "running" for s in states):
         return Found(provider, instance, run, "kept: the run is running", False, hourly)
-    return Found(provider, instance, run, f"run ended ({state.status})", True, hourly)
+    return Found(provider, instance, run, f"run ended ({', '.join(sorted({s.status for s in states}))})", True,
+                 hourly)
 
 
 def _print(found: list[Found], console: Console) -> None:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from planner.job import JobSpec
 from pricing.pool import Pool, PoolError
 from runtime.control import checkpoint_owner
+from runtime.control.queue_record import is_queue_run
 from runtime.control.run_state import PRIVATE_DIR, STATE_FILE, RunState, RunStateError, save_state, validation_errors
 
 
@@ -69,6 +70,17 @@ def plan_pool(plan: dict[str, Any], *, source: str) -> tuple[Pool, int]:
     return pool, nodes
 
 
+def run_id_for(run_dir: Path) -> str:
+    """The id a new run's cloud resources are tagged with: its directory's name, and for a job of a queue
+    the queue's directory's name before it -- a job's name alone ("train") repeats across the queues of a
+    team, and two runs sharing an id would take each other's instances for their own (a resume releases
+    every instance tagged with its id)."""
+    run_dir = run_dir.resolve()
+    if is_queue_run(run_dir.parent):
+        return f"{run_dir.parent.name}-{run_dir.name}"
+    return run_dir.name
+
+
 def new_state(
     *, job_path: Path, job: JobSpec, run_dir: Path, catalog: str | None, provider: str, time_scale: float,
     policy: str, chaos: list[str], plan_path: Path | None = None, use_cache: bool = True,
@@ -89,7 +101,7 @@ def new_state(
         state = RunState(
             job_path=str(job_path.resolve()), job=job.model_dump(mode="json"), cwd=str(Path.cwd()),
             catalog=str(Path(catalog).resolve()) if catalog else None, provider=provider,
-            checkpoint_dir=checkpoint_dir, origin=time.time(), time_scale=time_scale, policy=policy,
+            checkpoint_dir=checkpoint_dir, run_id=run_id_for(run_dir), origin=time.time(), time_scale=time_scale, policy=policy,
             chaos=list(chaos), use_cache=use_cache,
         )
     except ValidationError as exc:

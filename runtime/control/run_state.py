@@ -188,6 +188,10 @@ class RunState(_Model):
     catalog: str | None
     provider: str = Field(min_length=1)
     checkpoint_dir: str = Field(min_length=1)
+    # What cloud resources are tagged with (danlu-run), fixed when the run starts: unique among the team's runs
+    # where the directory's name alone is not (a queue's job). None: a run started before it was kept, whose
+    # id is its directory's name (:meth:`tag`).
+    run_id: str | None = Field(default=None, min_length=1)
     origin: Finite
     time_scale: float = Field(gt=0, allow_inf_nan=False)
     clock_pauses: list[tuple[Finite, Finite | None]] = Field(default_factory=list)
@@ -235,6 +239,10 @@ class RunState(_Model):
         if value not in POLICY_NAMES:
             raise ValueError(f"unknown policy {value!r}; one of {', '.join(POLICY_NAMES)}")
         return value
+
+    def tag(self, run_dir: str | Path) -> str:
+        """The run's id, as its cloud resources carry it (``danlu-run``)."""
+        return self.run_id or Path(run_dir).resolve().name
 
     def job_spec(self) -> JobSpec:
         return JobSpec.model_validate(self.job)

@@ -141,3 +141,8 @@ class ComputeAPI(abc.ABC):
     def list_tagged(self, key: str = TAG_RUN, value: str | None = None) -> list[Instance]:
         """Every instance not yet TERMINATED whose tag ``key`` is ``value`` (any value: None),
         in every region/zone the API covers."""
+
+    def tag_value(self, value: str) -> str:
+        """``value`` as this cloud stores a tag (a GCE or Kubernetes label has fewer characters): what
+        :meth:`list_tagged` gives back in ``Instance.tags`` for an instance created with ``value``."""
+        return value

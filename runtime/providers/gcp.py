@@ -211,7 +211,11 @@ class GcpCompute(ComputeAPI):
         self._spot: dict[str, bool] = {}
         self._good_zone: dict[tuple[str, str], str] = {}  # (region, type) -> the zone that last had capacity
 
+    def tag_value(self, value: str) -> str:
+        return label_value(value)
+
     # -- create ---------------------------------------------------------------------------
+
     def zones_for(self, pool: Pool, options: GcpOptions) -> list[str]:
         if pool.zone:
             return [pool.zone]

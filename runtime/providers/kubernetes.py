@@ -174,7 +174,11 @@ class KubernetesCompute(ComputeAPI):
         self._seen: dict[str, dict[str, Any]] = {}  # node id -> the pod last seen (a dict)
         self._disrupted: set[str] = set()
 
+    def tag_value(self, value: str) -> str:
+        return label_value(value)
+
     # -- clients --------------------------------------------------------------------------
+
     def _core(self, region: str) -> Any:
         from kubernetes import client
 

@@ -341,3 +341,30 @@ def test_a_clock_that_is_not_the_runs_is_refused(tmp_path: Path) -> None:
         Controller.open(run_dir, provider=FakeProvider.scripted(script()),
                         clock=ManualClock(state.origin, state.time_scale * 2))
     assert not (run_dir / "events.jsonl").exists()  # refused before anything was logged
+
+
+def test_the_provider_tags_with_the_runs_id_a_queues_job_with_its_queue(tmp_path: Path) -> None:
+    # Cloud providers tag (and, on a resume, release) every instance by the run id they are given: a job's
+    # name repeats across a team's queues, so a queue's job carries its queue's directory too; a run started
+    # before the id was kept in its state keeps its directory's name.
+    from runtime.control.controller import Controller
+    from runtime.control.queue_record import QUEUE_RUN_FILE
+
+    queue = tmp_path / "nightly-1"
+    queue.mkdir()
+    (queue / QUEUE_RUN_FILE).write_text("{}")
+    queued, plain = new_run(queue), new_run(tmp_path)
+    assert load_state(queued).run_id == "nightly-1-run" and load_state(plain).run_id == "run"
+    old = load_state(plain)
+    old.run_id = None
+    save_state(plain, old)
+    seen = []
+    for run_dir in (queued, plain):
+        factory = FakeProvider.scripted(script())
+
+        def capture(context, factory=factory):
+            seen.append(context.run_id)
+            return factory(context)
+
+        Controller.open(run_dir, provider=capture).cancel("the test has seen the id")
+    assert seen == ["nightly-1-run", "run"]
