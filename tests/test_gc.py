@@ -265,14 +265,20 @@ def test_the_jobs_of_queues_are_told_apart_and_a_running_ones_instances_kept(tmp
     state = load_state(old)
     state.run_id = None
     save_state(old, state)
+    elsewhere = tmp_path / "big-disk" / "nightly-3"  # a queue kept on another disk, linked into runs/
+    elsewhere.mkdir(parents=True)
+    (elsewhere / QUEUE_RUN_FILE).write_text("{}")
+    (runs / "nightly-3").symlink_to(elsewhere)
+    _run(tmp_path, runs / "nightly-3" / "train", "running")
     a = clouds["mema"]
+    a.add("i-linked", "nightly-3-train")
     a.add("i-ended", "nightly-1-train")
     a.add("i-live", "nightly-2-train")
     a.add("i-old", "eval")
     a.add("i-bare", "train")  # no run is known by the job's name alone: gone
     assert main(["gc", "--runs-dir", str(runs), "--yes"]) == 0
     assert sorted(a.deleted) == ["i-bare", "i-ended"], capsys.readouterr().out
-    assert sorted(a.instances) == ["i-live", "i-old"]
+    assert sorted(a.instances) == ["i-linked", "i-live", "i-old"]
 
 
 def test_a_cloud_that_changes_tags_still_finds_the_run(tmp_path: Path, clouds, monkeypatch, capsys) -> None:

@@ -154,7 +154,7 @@ def _runs_by_tag(runs_dir: Path) -> dict[str, list[object]]:
     from runtime.reports.run_view import find_runs
 
     out: dict[str, list[object]] = {}
-    for run_dir in [*find_runs(runs_dir), *(r for q in find_queues(runs_dir) for r in find_runs(q))]:
+    for run_dir in [*find_runs(runs_dir), *(r for q in find_queues(runs_dir, linked=True) for r in find_runs(q))]:
         try:
             state = load_state(run_dir)
             out.setdefault(state.tag(run_dir), []).append(state)

@@ -49,7 +49,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     run_dir: Path | None = args.run_dir
     root = default_runs_dir() if run_dir is None else run_dir
     if run_dir is None or is_queue_run(run_dir) or (not is_run(run_dir) and run_dir.is_dir()):
-        queue_dirs = [root] if is_queue_run(root) else find_queues(root)
+        queue_dirs = [root] if is_queue_run(root) else find_queues(root, linked=True)
         runs = find_runs(root) + [r for q in queue_dirs if q != root for r in find_runs(q)]
         if run_dir is None or runs or queue_dirs:
             return _list(root, runs, queue_dirs, args.json, console)

@@ -14,6 +14,7 @@ from typing import Any
 
 from planner.job import MAX_FILE_BYTES, JobSpec, load_job, parse_job
 from runtime.errors import RuntimeFailure
+from runtime.reports.queue_view import find_queues
 from runtime.reports.run_view import find_runs
 
 __all__ = ["JobNotFound", "QuoteSettings", "job_choices", "load_choice", "parse_pasted", "quote_payload"]
@@ -36,16 +37,19 @@ class QuoteSettings:
 
 
 def job_choices(root: Path) -> list[dict[str, str]]:
-    """Jobs to quote: every run's job (as it was run) and the ``*.toml`` files at most one level down."""
+    """Jobs to quote: every run's job (as it was run; a queue's jobs too) and the ``*.toml`` files at most
+    one level down."""
     from runtime.control.run_state import load_state
 
     out = []
-    for run in find_runs(root) if root.is_dir() else []:
+    runs = [*find_runs(root), *(r for q in find_queues(root) for r in find_runs(q))] if root.is_dir() else []
+    for run in runs:  # a queue's jobs as QUEUE_DIR/JOB, as the runs list names them
         try:
             name = load_state(run).job.get("name", "?")
         except RuntimeFailure:
             continue
-        out.append({"id": f"run:{run.name}", "label": f"{run.name} (the job it ran: {name})"})
+        rel = run.relative_to(root).as_posix()
+        out.append({"id": f"run:{rel}", "label": f"{rel} (the job it ran: {name})"})
     for path in sorted([*root.glob("*.toml"), *root.glob("*/*.toml")]) if root.is_dir() else []:
         rel = path.relative_to(root).as_posix()
         out.append({"id": f"file:{rel}", "label": rel})

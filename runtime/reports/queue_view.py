@@ -47,11 +47,15 @@ class QueueView:
         return asdict(self) | {"run_dir": str(self.run_dir), "not_started": [asdict(j) for j in self.not_started]}
 
 
-def find_queues(root: Path) -> list[Path]:
-    """The queue run directories directly under ``root`` (a runs directory), by name."""
+def find_queues(root: Path, *, linked: bool = False) -> list[Path]:
+    """The queue run directories directly under ``root`` (a runs directory), by name; one linked in from
+    elsewhere only when ``linked`` (``planner gc`` must not miss a queue; the dashboard serves nothing
+    outside its root)."""
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and queue_record.is_queue_run(p))
+    inside = root.resolve()
+    return sorted(p for p in root.iterdir()
+                  if p.is_dir() and (linked or p.resolve().parent == inside) and queue_record.is_queue_run(p))
 
 
 def load_queue(run_root: Path) -> QueueView:

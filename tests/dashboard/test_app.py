@@ -164,7 +164,8 @@ def test_a_queues_jobs_are_named_under_it_and_nothing_else_below_the_root_is_ser
     (outside / "queue_run.json").write_text("{}")
     finished_run(outside, name="c")
     (runs / "link").symlink_to(outside)
-    assert [r["name"] for r in httpx.get(served.url + "/api/runs", timeout=30).json()["runs"]] == ["done", "q-1/a"]
+    rows = httpx.get(served.url + "/api/runs", timeout=30).json()
+    assert [r["name"] for r in rows["runs"]] == ["done", "q-1/a"] and rows["broken"] == []
     for name in ("q-1/a", "q-1%2Fa"):
         answer = httpx.get(f"{served.url}/api/runs/{name}", timeout=30)
         assert answer.status_code == 200 and answer.json()["name"] == "q-1/a", name
@@ -173,6 +174,8 @@ def test_a_queues_jobs_are_named_under_it_and_nothing_else_below_the_root_is_ser
     for name in ("q-1", "q-1/a/state.json", "plain/b", "link/c", "q-1/..%2Fdone", "q-1//a", "q-1/nope"):
         assert httpx.get(f"{served.url}/api/runs/{name}", timeout=30).status_code == 404, name
     assert httpx.get(served.url + "/api/runs/link/c/stream", timeout=30).status_code == 404
+    jobs = [j["id"] for j in httpx.get(served.url + "/api/jobs", timeout=30).json()["jobs"]]
+    assert "run:q-1/a" in jobs and "run:plain/b" not in jobs and "run:link/c" not in jobs
 
 
 def test_quote_requests_are_checked(served) -> None:
