@@ -7,6 +7,7 @@ hands gc an in-memory ComputeAPI holding the instances the test puts there.
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -15,11 +16,13 @@ import pytest
 from planner.cli import main
 from pricing.pool import Pool
 from runtime.control.queue_record import QUEUE_RUN_FILE
+from runtime.control.run_home import HOME_FILE
 from runtime.control.run_start import run_id_for
 from runtime.control.run_state import LaunchRecord, load_state, save_state
 from runtime.providers import registry
 from runtime.providers.base import Provider
 from runtime.providers.cloud_api import (
+    TAG_HOME,
     TAG_LAUNCH,
     TAG_NODE,
     TAG_RUN,
@@ -29,6 +32,7 @@ from runtime.providers.cloud_api import (
     InstanceRequest,
     InstanceState,
 )
+from runtime.providers.cloud import node_name
 from runtime.providers.gcp import label_value
 from tests.run.fake_run import new_run, phase
 
@@ -42,8 +46,11 @@ class MemoryCompute(ComputeAPI):
         self.deleted: list[str] = []
         self.fail: str | None = None
 
-    def add(self, id_: str, run: str, *, launch: str = "l-1", hourly_usd: float | None = None) -> None:
+    def add(self, id_: str, run: str, *, launch: str = "l-1", hourly_usd: float | None = None,
+            home: str | None = None) -> None:
         tags = {TAG_RUN: self.tag_value(run), TAG_LAUNCH: launch, TAG_NODE: f"{run}-{launch}-n0"}
+        if home is not None:
+            tags[TAG_HOME] = self.tag_value(home)
         self.instances[id_] = Instance(id=id_, name=tags[TAG_NODE], state=InstanceState.RUNNING, zone="z-1",
                                        tags=tags, hourly_usd=hourly_usd)
 
@@ -142,7 +149,7 @@ def _run(tmp_path: Path, where: Path, status: str) -> Path:
     made.mkdir(parents=True)
     state = load_state(new_run(made))
     state.status = status
-    state.run_id = run_id_for(where)  # as if started in ``where``, not where new_run made it
+    state.run_id = run_id_for(where, None)  # as if started in ``where``, not where new_run made it
     where.parent.mkdir(parents=True, exist_ok=True)
     (made / "run").rename(where)
     save_state(where, state)
@@ -291,4 +298,71 @@ def test_a_cloud_that_changes_tags_still_finds_the_run(tmp_path: Path, clouds, m
     assert clouds["mema"].instances["i-live"].tags[TAG_RUN] == "gpt-7b-finetune"
     assert main(["gc", "--runs-dir", str(runs), "--yes"]) == 0
     assert "kept: the run is running" in capsys.readouterr().out
+    assert clouds["mema"].deleted == []
+
+
+def _cloud_run(tmp_path: Path, run_dir: Path, status: str = "running"):
+    """A run on the test cloud ``mema`` started in ``run_dir``, ended with ``status``; its state."""
+    jobs = tmp_path / "jobs" / run_dir.relative_to(tmp_path)
+    jobs.mkdir(parents=True)
+    made = new_run(jobs, provider="mema", run_dir=run_dir)
+    state = load_state(made)
+    state.status = status
+    save_state(made, state)
+    return state
+
+
+def test_a_cloud_run_is_known_by_its_name_and_its_runs_directorys_home(tmp_path: Path, clouds) -> None:
+    # Alice and Bob each start "bert" from their own runs directory on one cloud account: with the
+    # directory's name alone for an id, a resume of one released the other's instances, and their node
+    # names clashed (one VM name per zone).
+    alice = _cloud_run(tmp_path, tmp_path / "alice" / "bert")
+    bob = _cloud_run(tmp_path, tmp_path / "bob" / "bert")
+    home = (tmp_path / "alice" / HOME_FILE).read_text().strip()
+    assert alice.home == home and alice.run_id == f"bert-{home[:6]}"
+    assert bob.home != alice.home and bob.run_id != alice.run_id
+    assert node_name(alice.run_id, "l-1", 0) != node_name(bob.run_id, "l-1", 0)
+    assert (tmp_path / "alice" / HOME_FILE).stat().st_mode & 0o777 == 0o644
+    assert _cloud_run(tmp_path, tmp_path / "alice" / "gpt").home == home  # one home per runs directory
+    (tmp_path / "jobs" / "carol").mkdir()
+    local = load_state(new_run(tmp_path / "jobs" / "carol", run_dir=tmp_path / "carol" / "bert"))
+    assert local.home is None and local.run_id == "bert" and not (tmp_path / "carol" / HOME_FILE).exists()
+
+
+def test_a_teammates_instances_are_kept_and_any_home_judges_them(tmp_path: Path, clouds, capsys) -> None:
+    # Bob's gc used to find Alice's running instance under no run it knew and delete it as "run directory
+    # gone". An instance from before instances carried a home is judged as before.
+    alice = _cloud_run(tmp_path, tmp_path / "alice" / "bert")
+    bob = _cloud_run(tmp_path, tmp_path / "bob" / "gpt")
+    old = _cloud_run(tmp_path, tmp_path / "bob" / "old")
+    a = clouds["mema"]
+    for id_, state in (("i-alice", alice), ("i-bob", bob), ("i-old", old)):
+        a.add(id_, state.run_id, home=state.home)
+    a.add("i-legacy", "legacy")
+    shutil.rmtree(tmp_path / "bob" / "old")
+    assert main(["gc", "--runs-dir", str(tmp_path / "bob"), "--yes"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert sorted(a.deleted) == ["i-legacy", "i-old"], out
+    assert "kept: from another runs directory" in out and alice.home in out
+    assert "orphans cost ? (2 of unknown price)" in out
+    assert "kept 2 instance(s): 1 of runs still running; 1 started from other runs directories" in out
+
+    # Alice deleted her runs directory whole: gc from an empty one keeps her instance as another's ...
+    shutil.rmtree(tmp_path / "alice")
+    (tmp_path / "empty").mkdir()
+    assert main(["gc", "--runs-dir", str(tmp_path / "empty"), "--yes"]) == 0
+    assert sorted(a.instances) == ["i-alice", "i-bob"]
+    # ... until told to judge every home as its own, where the running run of Bob's is not to be found either.
+    assert main(["gc", "--runs-dir", str(tmp_path / "bob"), "--any-home", "--yes"]) == 0
+    assert sorted(a.instances) == ["i-bob"]
+
+
+def test_a_damaged_home_file_is_one_clear_error(tmp_path: Path, clouds, capsys) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / HOME_FILE).write_text("not a home\n")
+    clouds["mema"].add("i-1", "x", home="0123456789ab")
+    assert main(["gc", "--runs-dir", str(runs), "--yes"]) == 2
+    err = capsys.readouterr().err
+    assert f"{runs / HOME_FILE}: not a danlu home id" in err and "--any-home" in err and "Traceback" not in err
     assert clouds["mema"].deleted == []

@@ -1,10 +1,11 @@
 """`planner gc [--yes]`: find (and delete) cloud instances danlu left behind.
 
-Every instance a cloud provider creates carries danlu's tags (``danlu-run`` = the run
-directory's name, see :mod:`runtime.providers.cloud_api`). An instance is an *orphan*
-when its run has ended (every node should have been released then) or its run directory
-is gone; those are listed with what they cost per hour and, with ``--yes``, deleted.
-Instances of runs still running are kept. Each cloud comes from a registered provider
+Every instance a cloud provider creates carries danlu's tags (``danlu-run`` = the run's id,
+``danlu-home`` = its runs directory's, see :mod:`runtime.providers.cloud_api`). An instance
+is an *orphan* when its run has ended (every node should have been released then) or its
+run directory is gone from this runs directory; those are listed with what they cost per
+hour and, with ``--yes``, deleted. Instances of runs still running, and of runs started
+from another runs directory (a teammate's), are kept. Each cloud comes from a registered provider
 class with ``remote = True`` through its ``compute(options)`` classmethod; a cloud that
 errors is one line, and the others go on.
 """
@@ -27,9 +28,10 @@ Find every cloud instance carrying danlu's tags whose run has ended or whose run
 directory is gone, list each with its hourly cost, and delete them with --yes (without
 it: a dry run that deletes nothing). Runs are looked up under --runs-dir (default
 $DANLU_RUNS_DIR, else ./runs: where `planner run` put them); an instance's danlu-run tag
-is its run directory's name. Instances of runs still running are kept (a run whose
-controller is gone: `planner cancel RUN_DIR` releases them). Every installed cloud
-provider is asked, with its default credentials. See docs/gc.md."""
+is its run's id, its danlu-home tag the runs directory it was started from. Instances of
+runs still running are kept (a run whose controller is gone: `planner cancel RUN_DIR`
+releases them), and so are those started from another runs directory unless --any-home.
+Every installed cloud provider is asked, with its default credentials. See docs/gc.md."""
 
 EXIT_CLOUD_ERROR = 1
 
@@ -54,10 +56,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--provider", metavar="NAME", action="append", default=[],
                    help="only this cloud provider (the flag may repeat; default every installed one)")
     p.add_argument("--yes", action="store_true", help="delete the orphans (default: list them, delete nothing)")
+    p.add_argument("--any-home", action="store_true",
+                   help="judge the instances started from other runs directories too, as if from this one (for "
+                        "a runs directory that was deleted whole): their runs are not here, so they are orphans")
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
+    from runtime.control.run_home import read_home
     from runtime.control.run_state import RunStateError
     from runtime.providers import registry
     from runtime.reports.run_view import default_runs_dir
@@ -81,6 +87,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             "--runs-dir DIR, the directory `planner run` put its runs in (an empty one if they are all gone)."
         )
     runs = _runs_by_tag(runs_dir)
+    home = read_home(runs_dir)
     found: list[Found] = []
     for name, api in clouds.items():
         try:
@@ -92,12 +99,13 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         by_tag: dict[str, list[object]] = {}  # as this cloud stores the tag
         for tag, states in runs.items():
             by_tag.setdefault(api.tag_value(tag), []).extend(states)
-        found.extend(_judge(name, instance, by_tag) for instance in instances)
+        here = None if args.any_home else (api.tag_value(home) if home else "")
+        found.extend(_judge(name, instance, by_tag, here) for instance in instances)
     orphans = [f for f in found if f.orphan]
     _print(found, console)
     kept = [f for f in found if not f.orphan]
     if kept:
-        console.print(f"kept {len(kept)} instance(s) of runs still running")
+        console.print(f"kept {len(kept)} instance(s): {_kept_why(kept)}")
     if not orphans:
         console.print("no orphaned instances")
     elif not args.yes:
@@ -148,6 +156,7 @@ def _runs_by_tag(runs_dir: Path) -> dict[str, list[object]]:
     its cloud resources carry (``danlu-run``): its state, or why it cannot be read.  A list:
     runs started before the id was kept in their state are known by their directory's name, which two
     queues' jobs may share."""
+    from runtime.control.run_home import read_home, runs_root
     from runtime.control.run_start import run_id_for
     from runtime.control.run_state import RunStateError, load_state
     from runtime.reports.queue_view import find_queues
@@ -159,17 +168,28 @@ def _runs_by_tag(runs_dir: Path) -> dict[str, list[object]]:
             state = load_state(run_dir)
             out.setdefault(state.tag(run_dir), []).append(state)
         except RunStateError as exc:  # whichever id it had, its instances are kept
-            for tag in {run_id_for(run_dir), run_dir.name}:
+            try:
+                home = read_home(runs_root(run_dir))
+            except RunStateError:
+                home = None
+            for tag in {run_id_for(run_dir, home), run_id_for(run_dir, None), run_dir.name}:
                 out.setdefault(tag, []).append(str(exc))
     return out
 
 
-def _judge(provider: str, instance, runs: Mapping[str, list[object]]) -> Found:
-    from runtime.providers.cloud_api import TAG_LAUNCH, TAG_RUN
+def _judge(provider: str, instance, runs: Mapping[str, list[object]], home: str | None) -> Found:
+    """What ``instance`` is, from the runs here by their ids (as this cloud stores them) and this runs
+    directory's home id as the cloud stores it ("" when it has none; None: every home counts as this one)."""
+    from runtime.providers.cloud_api import TAG_HOME, TAG_LAUNCH, TAG_RUN
 
     run = instance.tags.get(TAG_RUN, "")
     states = runs.get(run, [])
     if not states:
+        started = instance.tags.get(TAG_HOME)
+        if home is not None and started is not None and started != home:
+            # A teammate's run, or one of a runs directory moved without its .danlu-home: not ours to judge.
+            return Found(provider, instance, run, f"kept: from another runs directory (home {started})",
+                         False, instance.hourly_usd)
         return Found(provider, instance, run, "run directory gone", True, instance.hourly_usd)
     unreadable = [s for s in states if isinstance(s, str)]
     if unreadable:
@@ -183,6 +203,18 @@ def _judge(provider: str, instance, runs: Mapping[str, list[object]]) -> Found:
         return Found(provider, instance, run, "kept: the run is running", False, hourly)
     return Found(provider, instance, run, f"run ended ({', '.join(sorted({s.status for s in states}))})", True,
                  hourly)
+
+
+def _kept_why(kept: list[Found]) -> str:
+    running = sum(1 for f in kept if f.why == "kept: the run is running")
+    elsewhere = sum(1 for f in kept if f.why.startswith("kept: from another"))
+    parts = [f"{running} of runs still running"] if running else []
+    if elsewhere:
+        parts.append(f"{elsewhere} started from other runs directories (run gc there, or pass --any-home if that "
+                     "directory is gone)")
+    if len(kept) > running + elsewhere:
+        parts.append(f"{len(kept) - running - elsewhere} of runs whose state cannot be read")
+    return "; ".join(parts)
 
 
 def _print(found: list[Found], console: Console) -> None:
@@ -202,9 +234,11 @@ def _print(found: list[Found], console: Console) -> None:
     console.print(table)
     priced = [f.hourly_usd for f in found if f.orphan and f.hourly_usd is not None]
     unpriced = sum(1 for f in found if f.orphan and f.hourly_usd is None)
-    if priced or unpriced:
+    if priced:
         extra = f" (+{unpriced} of unknown price)" if unpriced else ""
         console.print(f"orphans cost ${sum(priced):,.4f}/h{extra}")
+    elif unpriced:
+        console.print(f"orphans cost ? ({unpriced} of unknown price)")
 
 
 def _delete(clouds: dict[str, object], orphans: list[Found], console: Console) -> list[str]:

@@ -194,7 +194,8 @@ class Controller:
         catalog = resolve_catalog(state.catalog, use_cache=state.use_cache)
         chaos = ChaosPlan(parse_chaos(state.chaos), clock, fired=state.chaos_fired)
         context = ProviderContext(run_dir / "provider", clock, chaos=chaos, hold_nodes=tuning.hold_nodes,
-                                  run_id=state.tag(run_dir), options=dict(job.run.options))
+                                  run_id=state.tag(run_dir), home=state.home or "",
+                                  options=dict(job.run.options))
         if provider is None:
             built = registry.create(state.provider, context)
         elif isinstance(provider, Provider):

@@ -15,7 +15,9 @@ from planner.job import JobSpec
 from pricing.pool import Pool, PoolError
 from runtime.control import checkpoint_owner
 from runtime.control.queue_record import is_queue_run
+from runtime.control.run_home import home_of, runs_root
 from runtime.control.run_state import PRIVATE_DIR, STATE_FILE, RunState, RunStateError, save_state, validation_errors
+from runtime.providers import registry
 
 
 def check_runnable(job: JobSpec, source: str) -> None:
@@ -70,15 +72,24 @@ def plan_pool(plan: dict[str, Any], *, source: str) -> tuple[Pool, int]:
     return pool, nodes
 
 
-def run_id_for(run_dir: Path) -> str:
-    """The id a new run's cloud resources are tagged with: its directory's name, and for a job of a queue
-    the queue's directory's name before it -- a job's name alone ("train") repeats across the queues of a
-    team, and two runs sharing an id would take each other's instances for their own (a resume releases
-    every instance tagged with its id)."""
+def run_id_for(run_dir: Path, home: str | None) -> str:
+    """The id a new run's cloud resources are tagged with: its directory's name, for a job of a queue the
+    queue's directory's name before it, and the first digits of its runs directory's home id after it (see
+    :mod:`runtime.control.run_home`). A job's name alone ("train") repeats across the queues of a team, a run's
+    name across its members' runs directories, and two runs sharing an id would take each other's instances
+    for their own (a resume releases every instance tagged with its id) and clash on their names."""
     run_dir = run_dir.resolve()
-    if is_queue_run(run_dir.parent):
-        return f"{run_dir.parent.name}-{run_dir.name}"
-    return run_dir.name
+    name = f"{run_dir.parent.name}-{run_dir.name}" if is_queue_run(run_dir.parent) else run_dir.name
+    return f"{name}-{home[:6]}" if home else name
+
+
+def _on_a_cloud(provider: str) -> bool:
+    """Whether the provider's nodes are cloud instances (which carry the run's home)."""
+    try:
+        cls = registry.load(provider)
+    except registry.ProviderUnavailable:  # refused where the run is built, with the fix
+        return False
+    return cls.remote or cls.delegates
 
 
 def new_state(
@@ -101,7 +112,7 @@ def new_state(
         state = RunState(
             job_path=str(job_path.resolve()), job=job.model_dump(mode="json"), cwd=str(Path.cwd()),
             catalog=str(Path(catalog).resolve()) if catalog else None, provider=provider,
-            checkpoint_dir=checkpoint_dir, run_id=run_id_for(run_dir), origin=time.time(), time_scale=time_scale, policy=policy,
+            checkpoint_dir=checkpoint_dir, origin=time.time(), time_scale=time_scale, policy=policy,
             chaos=list(chaos), use_cache=use_cache,
         )
     except ValidationError as exc:
@@ -113,6 +124,8 @@ def new_state(
             raise RunStateError(f"{plan_path}: cannot read the plan ({exc}). To fix: pass a JSON plan file.") from exc
         state.set_pool(*plan_pool(plan, source=str(plan_path)))
         state.plan = plan.get("plan", plan) if isinstance(plan, dict) else None
+    state.home = home_of(runs_root(run_dir)) if _on_a_cloud(provider) else None
+    state.run_id = run_id_for(run_dir, state.home)
     made = not run_dir.exists()
     if made:  # a directory the user made is theirs to set; one we make is private
         run_dir.mkdir(parents=True)

@@ -192,6 +192,9 @@ class RunState(_Model):
     # where the directory's name alone is not (a queue's job). None: a run started before it was kept, whose
     # id is its directory's name (:meth:`tag`).
     run_id: str | None = Field(default=None, min_length=1)
+    # The home id of the runs directory a cloud run was started in (runtime.control.run_home): its instances
+    # carry it (danlu-home). None for a run on this machine, or started before it was kept.
+    home: str | None = Field(default=None, pattern=r"^[0-9a-f]{12}$")
     origin: Finite
     time_scale: float = Field(gt=0, allow_inf_nan=False)
     clock_pauses: list[tuple[Finite, Finite | None]] = Field(default_factory=list)

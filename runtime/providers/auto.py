@@ -139,7 +139,7 @@ class AutoProvider(Provider):
             self._record(name)
             self._built[name] = registry.create(name, ProviderContext(
                 self.context.state_dir / name, self.context.clock, chaos=self.context.chaos,
-                hold_nodes=self.context.hold_nodes, run_id=self.context.run_id,
+                hold_nodes=self.context.hold_nodes, run_id=self.context.run_id, home=self.context.home,
                 options=options_for(self.context.options, name), run_dir=self.context.run_root))
         return self._built[name]
 

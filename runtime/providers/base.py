@@ -148,7 +148,8 @@ class ProviderContext:
 
     ``state_dir`` is the provider's own folder inside the run directory; ``chaos`` the
     faults to inject (None: none); ``hold_nodes`` node indices whose agent never starts;
-    ``run_id`` the run's name (cloud providers tag every resource with it); ``options``
+    ``run_id`` the run's name (cloud providers tag every resource with it), ``home`` its runs directory's
+    home id (tagged too, "" for none: :mod:`runtime.control.run_home`); ``options``
     the job's ``[run.options]`` table, for the provider to validate
     (:meth:`Provider.check_options`); ``run_dir`` the run directory (default: the parent of
     ``state_dir``; a provider built by another one, :mod:`runtime.providers.auto`, sits deeper).
@@ -159,6 +160,7 @@ class ProviderContext:
     chaos: ChaosPlan | None = None
     hold_nodes: tuple[int, ...] = ()
     run_id: str = ""
+    home: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
     run_dir: Path | None = None
 

@@ -55,6 +55,7 @@ from runtime.providers.base import (
     ProviderError,
 )
 from runtime.providers.cloud_api import (
+    TAG_HOME,
     TAG_LAUNCH,
     TAG_NODE,
     TAG_RUN,
@@ -149,9 +150,10 @@ class CloudProvider(Provider):
 
     def __init__(self, compute: ComputeAPI, *, run_id: str, options: CloudOptions, state_dir: str | Path,
                  stage: str | None = None, clock: Clock | None = None, sync_s: float | None = None,
-                 describe_s: float | None = None):
+                 describe_s: float | None = None, home: str = ""):
         self.compute = compute
         self.run_id = run_id
+        self.home = home
         self.options = options
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -199,7 +201,8 @@ class CloudProvider(Provider):
     def from_context(cls, context: ProviderContext) -> CloudProvider:
         options = cls.parse_options(context.options)
         return cls(cls.compute(options), run_id=context.run_id or context.run_root.name, options=options,
-                   state_dir=context.state_dir, stage=_stage_from_run(context), clock=context.clock)
+                   state_dir=context.state_dir, stage=_stage_from_run(context), clock=context.clock,
+                   home=context.home)
 
     def install_spec(self) -> str:
         """What a node without danlu pip-installs: ``[run.options] install`` or this version with the cloud's extra."""
@@ -251,7 +254,7 @@ class CloudProvider(Provider):
                 })
                 requested = self.clock.wall()  # billing starts at the request, whatever the cloud says later
                 created = self.compute.create(InstanceRequest(
-                    pool=pool, names=(name,), tags={TAG_RUN: self.run_id, TAG_LAUNCH: launch_id, TAG_NODE: name},
+                    pool=pool, names=(name,), tags={**self._run_tags(), TAG_LAUNCH: launch_id, TAG_NODE: name},
                     user_data=user_data, options=self.options.model_dump(),
                 ))
                 if len(created) != 1:
@@ -375,7 +378,7 @@ class CloudProvider(Provider):
             for instance in self.compute.describe(list(recorded)):
                 if instance.state is not InstanceState.TERMINATED:
                     found[instance.id] = recorded.get(instance.id, instance.name)
-        for instance in self.compute.list_tagged(TAG_RUN, self.run_id):
+        for instance in self._tagged():
             if instance.id not in self._live_ids():
                 found[instance.id] = instance.name or instance.id
         self._swept = True
@@ -395,13 +398,24 @@ class CloudProvider(Provider):
             raise ProviderError(f"node {node.id} was not provisioned by this provider")
         return held
 
+    def _run_tags(self) -> dict[str, str]:
+        """The tags every resource of this run carries."""
+        return {TAG_RUN: self.run_id, TAG_HOME: self.home} if self.home else {TAG_RUN: self.run_id}
+
+    def _tagged(self) -> list[Instance]:
+        """The instances tagged with this run's id, less those of a run of that id from another runs directory
+        (one started before ids carried the home). An instance without a home is one this run made before
+        it kept one."""
+        home = self.compute.tag_value(self.home) if self.home else None
+        return [i for i in self.compute.list_tagged(TAG_RUN, self.run_id) if i.tags.get(TAG_HOME) in (None, home)]
+
     def _live_ids(self) -> set[str]:
         return {h.instance for h in self._held.values() if not h.terminated}
 
     def _sweep_orphans(self) -> None:
         """Delete instances of this run that no live record knows (a controller died mid-create)."""
         self._swept = True
-        stale = [i.id for i in self.compute.list_tagged(TAG_RUN, self.run_id) if i.id not in self._live_ids()]
+        stale = [i.id for i in self._tagged() if i.id not in self._live_ids()]
         if stale:
             log.warning("run %s: deleting %d instances a dead controller left: %s", self.run_id, len(stale), stale)
             self._delete_and_wait(stale)

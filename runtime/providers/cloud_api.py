@@ -10,7 +10,8 @@ what danlu left behind.
 Every instance danlu creates carries the :data:`TAG_RUN`, :data:`TAG_LAUNCH` and
 :data:`TAG_NODE` tags (labels on GCP, tags on Azure); that is how a resumed controller
 and ``planner gc`` find instances whose ids were never written down (a controller
-SIGKILLed between the create call and its state file).
+SIGKILLed between the create call and its state file). :data:`TAG_HOME` names the runs
+directory the run was started in (:mod:`runtime.control.run_home`).
 
 Errors: a cloud's "no capacity here" and "over quota" answers are :class:`CapacityError`
 (the controller blocks the pool and re-plans); anything else the SDK raises is turned
@@ -28,6 +29,7 @@ from pricing.pool import Pool
 from runtime.providers.base import ProviderError
 
 __all__ = [
+    "TAG_HOME",
     "TAG_LAUNCH",
     "TAG_NODE",
     "TAG_RUN",
@@ -42,6 +44,7 @@ __all__ = [
 TAG_RUN = "danlu-run"
 TAG_LAUNCH = "danlu-launch"
 TAG_NODE = "danlu-node"
+TAG_HOME = "danlu-home"
 """Tag keys (GCP label keys: lower case, dashes) on every instance danlu creates."""
 
 

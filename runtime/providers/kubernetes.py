@@ -563,7 +563,8 @@ class KubernetesProvider(CloudProvider):
         except RunStateError:
             clusters = ()
         return cls(cls.compute(options, clusters), run_id=context.run_id or context.run_root.name,
-                   options=options, state_dir=context.state_dir, stage=_stage_from_run(context), clock=context.clock)
+                   options=options, state_dir=context.state_dir, stage=_stage_from_run(context), clock=context.clock,
+                   home=context.home)
 
     def install_spec(self) -> str:
         """A pod without danlu installs it with the extra its checkpoint store needs."""
@@ -598,7 +599,7 @@ class KubernetesProvider(CloudProvider):
              "heartbeat_s": self.options.heartbeat_s},
             [{"node": n, "boot": b} for n, b in zip(names, boots, strict=True)], index_env=INDEX_ENV)
         created = self.compute.create(InstanceRequest(
-            pool=pool, names=tuple(names), tags={TAG_RUN: self.run_id, TAG_LAUNCH: launch_id}, user_data=script,
+            pool=pool, names=tuple(names), tags={**self._run_tags(), TAG_LAUNCH: launch_id}, user_data=script,
             options=self.options.model_dump()))
         scheduled = self.clock.wall()  # billed from here: a scheduled pod holds its GPUs
         made = []

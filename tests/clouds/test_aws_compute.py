@@ -17,6 +17,7 @@ from pricing.pool import Pool
 from runtime.providers.aws import CAPACITY_CODES, AwsCompute, AwsOptions, AwsProvider
 from runtime.providers.base import ProviderError
 from runtime.providers.cloud_api import (
+    TAG_HOME,
     TAG_RUN,
     CapacityError,
     ComputeAPIError,
@@ -60,9 +61,9 @@ def compute(answers: list[str | None] | None = None) -> tuple[AwsCompute, list[s
     return api, seen
 
 
-def provider(tmp_path: Path, moto, api: AwsCompute, run_id: str = "run-x") -> AwsProvider:
+def provider(tmp_path: Path, moto, api: AwsCompute, run_id: str = "run-x", home: str = "") -> AwsProvider:
     options = AwsOptions(image_id=IMAGE, stage=f"s3://{moto.bucket}/_danlu/{run_id}")
-    return AwsProvider(api, run_id=run_id, options=options, state_dir=tmp_path / "provider")
+    return AwsProvider(api, run_id=run_id, options=options, state_dir=tmp_path / "provider", home=home)
 
 
 def test_create_is_a_tagged_spot_run_instances_and_delete_ends_it(moto) -> None:
@@ -126,6 +127,27 @@ def test_release_stale_finds_what_a_dead_controller_never_recorded(moto, tmp_pat
     states = {i.id: i.state for i in api.describe([orphan.id, other.id])}
     assert states[orphan.id] is InstanceState.TERMINATED and states[other.id] is not InstanceState.TERMINATED
     api.delete([other.id])
+
+
+def test_release_stale_leaves_a_run_of_the_same_id_from_another_runs_directory(moto, tmp_path: Path) -> None:
+    # A teammate's run of the same id from before ids carried the home: its instance carries another home.
+    # One this run made before it kept a home carries none and is this run's.
+    api, _ = compute()
+    make = lambda name, tags: api.create(InstanceRequest(pool(), (name,), tags, "#!/bin/true\n"))[0]  # noqa: E731
+    mine = make("mine", {TAG_RUN: "run-x", TAG_HOME: "0123456789ab"})
+    older = make("older", {TAG_RUN: "run-x"})
+    theirs = make("theirs", {TAG_RUN: "run-x", TAG_HOME: "ba9876543210"})
+    cloud = provider(tmp_path, moto, api, home="0123456789ab")
+    assert cloud.release_stale([]) == ["mine", "older"]
+    states = {i.id: i.state for i in api.describe([mine.id, older.id, theirs.id])}
+    assert states[theirs.id] is not InstanceState.TERMINATED
+    assert states[mine.id] is states[older.id] is InstanceState.TERMINATED
+    made = cloud.provision(pool(), nodes=1, launch_id="l-2")
+    raw = moto.client("ec2").describe_instances(InstanceIds=[made[0].handle["instance"].split("/")[1]])
+    tags = {t["Key"]: t["Value"] for t in raw["Reservations"][0]["Instances"][0]["Tags"]}
+    assert tags[TAG_RUN] == "run-x" and tags[TAG_HOME] == "0123456789ab"
+    cloud.close()
+    api.delete([theirs.id])
 
 
 @pytest.mark.parametrize(

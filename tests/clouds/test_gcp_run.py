@@ -22,6 +22,7 @@ import pytest
 
 from planner.cli import main
 from runtime.accounting.ledger import Ledger
+from runtime.control.run_state import load_state
 from runtime.providers.gcp import label_value
 from tests.clouds.aws_job import (
     billed_from_events,
@@ -130,8 +131,12 @@ def test_two_preemptions_complete_with_gcs_checkpoints_and_every_vm_billed(
     job = write_job(tmp_path / "job.toml", gce=gce, steps=STEPS, sleep=SLEEP)
     run_dir = tmp_path / "run"
     monkeypatch.chdir(project)
+    labels: list[dict[str, str]] = []
+
     def victims(launch: str) -> list[str]:
-        return [vm["id"] for vm in gce.running() if vm["labels"].get("danlu-launch") == label_value(launch)]
+        vms = [vm for vm in gce.running() if vm["labels"].get("danlu-launch") == label_value(launch)]
+        labels.extend(vm["labels"] for vm in vms)
+        return [vm["id"] for vm in vms]
 
     with Interrupter(gcp_plane, run_dir, victims, count=2, lead_s=6.0) as chaos:
         rc = main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(run_dir), "--provider", "gcp",
@@ -153,6 +158,12 @@ def test_two_preemptions_complete_with_gcs_checkpoints_and_every_vm_billed(
     assert len(gce.ever) == 6
     assert [i.rsplit("/", 1)[0] for i in gce.ever] == ["us-central1-a"] * 2 + ["us-central1-b"] * 2 + \
         ["us-central1-c"] * 2
+
+    # Each VM carries the run's id and its runs directory's home (what a resume and `planner gc` go by).
+    state = load_state(run_dir)
+    home = (tmp_path / ".danlu-home").read_text().strip()
+    assert state.home == home and state.run_id == f"run-{home[:6]}"
+    assert labels and all((vm["danlu-run"], vm["danlu-home"]) == (state.run_id, home) for vm in labels)
 
     # Checkpoints are in the GCS emulator, nowhere on this disk.
     import fsspec.core

@@ -80,16 +80,17 @@ def start_run(tmp: Path, fake: FakeScript, *, plan: dict[str, Any] | None = None
     return open_run(new_run(tmp, plan=plan, chaos=chaos, **job), fake, tuning=tuning)
 
 
-def new_run(tmp: Path, *, plan: dict[str, Any] | None = None, chaos: tuple[str, ...] = (), **job: Any) -> Path:
-    """The run directory of a fresh run of a 300-step job on the four-pool test catalog."""
+def new_run(tmp: Path, *, plan: dict[str, Any] | None = None, chaos: tuple[str, ...] = (), provider: str = "local",
+            run_dir: Path | None = None, **job: Any) -> Path:
+    """The run directory (default ``tmp/run``) of a fresh run of a 300-step job on the four-pool test catalog."""
     catalog = write_catalog(tmp / "catalog.csv")
     job_path = write_job(tmp / "job.toml", entrypoint=["python", "train.py"], nproc=1, **job)
     plan_path = None
     if plan is not None:
         plan_path = tmp / "plan.json"
         plan_path.write_text(json.dumps({"plan": {"phases": [plan]}}))
-    run_dir = tmp / "run"
-    new_state(job_path=job_path, job=load_job(job_path), run_dir=run_dir, catalog=str(catalog), provider="local",
+    run_dir = run_dir or tmp / "run"
+    new_state(job_path=job_path, job=load_job(job_path), run_dir=run_dir, catalog=str(catalog), provider=provider,
               time_scale=SCALE, policy="danlu", chaos=list(chaos), plan_path=plan_path)
     return run_dir
 
