@@ -1,0 +1,58 @@
+"""A runs directory's home id (runtime.control.run_home): made once, agreed on by concurrent starts,
+refused when damaged."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from runtime.control.queue_record import QUEUE_RUN_FILE
+from runtime.control.run_home import HOME_FILE, home_of, read_home, runs_root
+from runtime.control.run_state import RunStateError
+
+
+def test_runs_starting_at_once_agree_on_one_home(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    homes: list[str] = []
+    go = threading.Barrier(8)
+
+    def start() -> None:
+        go.wait()
+        homes.append(home_of(root))
+
+    threads = [threading.Thread(target=start) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(homes) == 8 and len(set(homes)) == 1
+    assert read_home(root) == homes[0] and sorted(p.name for p in root.iterdir()) == [HOME_FILE]
+
+
+def test_without_hard_links_the_home_is_still_made_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_links(*_args, **_kwargs):
+        raise PermissionError(1, "Operation not permitted")  # what a file system without hard links answers
+
+    monkeypatch.setattr(os, "link", no_links)
+    first = home_of(tmp_path)
+    assert home_of(tmp_path) == first and read_home(tmp_path) == first
+    assert sorted(p.name for p in tmp_path.iterdir()) == [HOME_FILE]
+
+
+def test_a_queues_jobs_belong_to_the_runs_directory_holding_the_queue(tmp_path: Path) -> None:
+    queue = tmp_path / "runs" / "nightly"
+    queue.mkdir(parents=True)
+    (queue / QUEUE_RUN_FILE).write_text("{}")
+    assert runs_root(queue / "train") == (tmp_path / "runs").resolve()
+    assert runs_root(tmp_path / "runs" / "bert") == (tmp_path / "runs").resolve()
+
+
+@pytest.mark.parametrize("text", ["", "0123", "ZZZZZZZZZZZZ", "0123456789abcdef"])
+def test_a_damaged_home_is_refused_with_the_fix(tmp_path: Path, text: str) -> None:
+    (tmp_path / HOME_FILE).write_text(text)
+    with pytest.raises(RunStateError, match="not a danlu home id.*To fix: restore it"):
+        home_of(tmp_path)
+    assert (tmp_path / HOME_FILE).read_text() == text  # nothing overwritten
