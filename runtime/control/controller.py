@@ -231,7 +231,7 @@ class Controller:
             if self.state.status == "running" and launch_end.training_finished(self):
                 # Killed between the final checkpoint and the run's end: nothing is left to run.
                 self.state.steps = self.store.latest_step() or self.state.steps
-                self._finish("completed")
+                self.finish("completed")
             while self.state.status == "running":
                 if self.state.pool is None:
                     planning.choose_pool(self, preempted=None, reason="start")
@@ -287,7 +287,7 @@ class Controller:
         if self.state.status != "running":
             return
         try:
-            self._finish(status, cause)
+            self.finish(status, cause)
         except Exception:
             # The alert could not go out (the same fault, say): the end state must still land.
             self.state.status, self.state.cause = status, cause
@@ -320,7 +320,9 @@ class Controller:
             raise error
         return summary
 
-    def _finish(self, status: str, cause: str | None = None) -> None:
+    def finish(self, status: str, cause: str | None = None) -> None:
+        """End the run with ``status`` (and ``cause``): its state, the run_end event, the pools' learned
+        interruption rates and the end-of-run alert."""
         self.state.steps = max(self.state.steps, self.store.latest_step() or 0)  # the step really reached
         self.state.status = status
         self.state.cause = cause

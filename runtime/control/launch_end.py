@@ -125,17 +125,17 @@ def after(controller: Controller, end: LaunchEnd) -> None:
     state = controller.state
     if end.outcome is contract.Outcome.COMPLETED:
         state.steps = controller.store.latest_step() or state.steps
-        controller._finish("completed")
+        controller.finish("completed")
     elif end.budget_stop and end.checkpoint_kept:
-        controller._finish("budget_cap", "stopped after a checkpoint before the budget was exceeded")
+        controller.finish("budget_cap", "stopped after a checkpoint before the budget was exceeded")
     elif end.budget_stop:
-        controller._finish("budget_cap", "stopped before the budget was exceeded; the stop's checkpoint did not "
+        controller.finish("budget_cap", "stopped before the budget was exceeded; the stop's checkpoint did not "
                                          f"commit in time, so the work since step {state.steps} is lost")
     elif end.outcome is contract.Outcome.PREEMPTED and training_finished(controller):
         # Reclaimed after the final checkpoint committed (before its "completed" reached us):
         # the job is done, and a re-plan would find nothing to run, tick after tick.
         state.steps = controller.store.latest_step() or state.steps
-        controller._finish("completed")
+        controller.finish("completed")
     elif end.phase_end:
         _phase_ended(controller, state.launches[-1])
     elif end.outcome is contract.Outcome.PREEMPTED:
@@ -147,12 +147,12 @@ def after(controller: Controller, end: LaunchEnd) -> None:
         controller.events.emit("failure", launch=launch, cause=end.reason, failures=state.failures,
                                max_restarts=limit)
         if end.permanent:
-            controller._finish("failed", end.reason)
+            controller.finish("failed", end.reason)
         elif state.failures > limit:
-            controller._finish("failed", f"{end.reason} (failed {state.failures} times; [run].max_restarts "
+            controller.finish("failed", f"{end.reason} (failed {state.failures} times; [run].max_restarts "
                                          f"= {limit})")
         elif not end.no_capacity and _same_startup_failure(controller):
-            controller._finish("failed", f"{end.reason} (the same start-up failure twice: a retry would repeat it)")
+            controller.finish("failed", f"{end.reason} (the same start-up failure twice: a retry would repeat it)")
         elif end.no_capacity:
             _no_capacity(controller)
         else:

@@ -59,7 +59,7 @@ def choose_pool(controller: Controller, *, preempted: str | None, reason: str) -
         result = _replan(controller, done, total, None)
     if result.plan is None or result.pool is None or result.nodes is None:
         events.emit("replan" if state.launches else "plan", reason=result.reason, pool=None, pool_changed=False)
-        controller._finish("infeasible", result.reason)
+        controller.finish("infeasible", result.reason)
         return
     pool, nodes, plan_view = result.pool, result.nodes, result.plan
     if result.late and _deadline_missed(controller, result):
@@ -123,7 +123,7 @@ def _deadline_missed(controller: Controller, result: ReplanResult) -> bool:
                            expected_cost_usd=round(result.plan.expected_cost_usd, 4),
                            expected_hours=round(result.plan.expected_hours, 4))
     if stop:
-        controller._finish("infeasible", f"{result.note}; [run].on_deadline_miss = \"stop\"")
+        controller.finish("infeasible", f"{result.note}; [run].on_deadline_miss = \"stop\"")
         return True
     now = controller.clock.now()
     if controller.deadline_at is not None:

@@ -137,12 +137,12 @@ def test_a_run_killed_after_its_final_checkpoint_ends_on_resume_without_a_launch
     script = textwrap.dedent("""
         import os, signal, sys
         from runtime.control import controller
-        finish = controller.Controller._finish
+        finish = controller.Controller.finish
         def dying_finish(self, status, cause=None):
             if status == "completed":
                 os.kill(os.getpid(), signal.SIGKILL)
             return finish(self, status, cause)
-        controller.Controller._finish = dying_finish
+        controller.Controller.finish = dying_finish
         from planner.cli import main
         sys.exit(main(sys.argv[1:]))
     """)
