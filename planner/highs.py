@@ -8,7 +8,7 @@ the banned columns change, so HiGHS keeps the model and each solve changes just 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import highspy
 import numpy as np
@@ -45,28 +45,57 @@ OPTIONS = {
 }
 
 
+def rowwise_lp(*, cost: Sequence[float], lower: Sequence[float], upper: Sequence[float],
+               row_lower: Sequence[float], row_upper: Sequence[float], starts: Sequence[int], index: Sequence[int],
+               value: Sequence[float], integer: Sequence[bool], offset: float = 0.0) -> highspy.HighsLp:
+    """A HiGHS model from its arrays, the matrix row by row (``starts`` into ``index`` and ``value``)."""
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = len(cost), len(row_lower)
+    lp.col_cost_ = np.asarray(cost, dtype=float)
+    lp.col_lower_ = np.asarray(lower, dtype=float)
+    lp.col_upper_ = np.asarray(upper, dtype=float)
+    lp.row_lower_ = np.asarray(row_lower, dtype=float)
+    lp.row_upper_ = np.asarray(row_upper, dtype=float)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = np.asarray(starts, dtype=np.int32)
+    lp.a_matrix_.index_ = np.asarray(index, dtype=np.int32)
+    lp.a_matrix_.value_ = np.asarray(value, dtype=float)
+    lp.offset_ = offset
+    if any(integer):
+        kinds = highspy.HighsVarType
+        lp.integrality_ = [kinds.kInteger if i else kinds.kContinuous for i in integer]
+    return lp
+
+
+def new_highs(options: Mapping[str, object]) -> highspy.Highs:
+    """A silent HiGHS with ``options`` (its banner, printed from C++ on first use, would break ``--json``)."""
+    with quiet_stdout():
+        highs = highspy.Highs()
+    highs.setOptionValue("output_flag", False)
+    for key, value in options.items():
+        highs.setOptionValue(key, value)
+    return highs
+
+
+def run_highs(highs: highspy.Highs) -> None:
+    """Solve. HiGHS's thread pool is one per process, sized by the first solve: one from PuLP or another
+    model with the default (half the cores) makes a solve asking for one thread refuse to start. Such a
+    process solves on the pool it has."""
+    with quiet_stdout():
+        if highs.run() == highspy.HighsStatus.kError and highs.getModelStatus() == highspy.HighsModelStatus.kNotset:
+            highs.setOptionValue("threads", 0)
+            highs.run()
+
+
 class HighsModel:
     """One :class:`MipModel` in HiGHS, re-solved with new costs and bounds."""
 
     def __init__(self, model: MipModel) -> None:
         n = len(model.names)
-        lp = highspy.HighsLp()
-        lp.num_col_, lp.num_row_ = n, len(model.row_names)
-        lp.col_cost_ = np.zeros(n)
-        lp.col_lower_ = np.asarray(model.lower, dtype=float)
-        lp.col_upper_ = np.asarray(model.upper, dtype=float)
-        lp.row_lower_ = np.asarray(model.row_lower, dtype=float)
-        lp.row_upper_ = np.asarray(model.row_upper, dtype=float)
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-        lp.a_matrix_.start_ = np.asarray(model.starts, dtype=np.int32)
-        lp.a_matrix_.index_ = np.asarray(model.index, dtype=np.int32)
-        lp.a_matrix_.value_ = np.asarray(model.value, dtype=float)
-        kinds = highspy.HighsVarType
-        lp.integrality_ = [kinds.kInteger if i else kinds.kContinuous for i in model.integer]
-        with quiet_stdout():  # the banner, on first use
-            self.highs = highspy.Highs()
-        for key, value in OPTIONS.items():
-            self.highs.setOptionValue(key, value)
+        lp = rowwise_lp(cost=np.zeros(n), lower=model.lower, upper=model.upper, row_lower=model.row_lower,
+                        row_upper=model.row_upper, starts=model.starts, index=model.index, value=model.value,
+                        integer=model.integer)
+        self.highs = new_highs(OPTIONS)
         if self.highs.passModel(lp) != highspy.HighsStatus.kOk:
             raise SolverError("HiGHS refused the plan model; this is a bug, please report it with the job file")
         self.columns = n
@@ -100,12 +129,11 @@ class HighsModel:
             upper = np.array([column_upper.get(c, self._upper[c]) for c in changed])
             h.changeColsBounds(len(cols), cols, self._lower[cols], upper)
         self._changed_columns = set(column_upper)
-        if not self._run(start) and h.getModelStatus() == highspy.HighsModelStatus.kNotset:
-            # HiGHS's thread pool is one per process, sized by the first solve: one from PuLP or
-            # another model with the default (half the cores) makes a solve asking for one thread
-            # refuse to start.  Such a process solves on the pool it has.
-            h.setOptionValue("threads", 0)
-            self._run(start)
+        if start is not None:
+            sol = highspy.HighsSolution()
+            sol.col_value = list(start)
+            h.setSolution(sol)  # HiGHS checks it and ignores it when it is infeasible now
+        run_highs(h)
         status = h.getModelStatus()
         info = h.getInfo()
         if node_limit is not None and status == highspy.HighsModelStatus.kSolutionLimit:
@@ -119,11 +147,3 @@ class HighsModel:
         if status == highspy.HighsModelStatus.kUnbounded:
             raise SolverError("the plan model is unbounded; this is a bug, please report it with the job file")
         raise SolverError(f"HiGHS could not solve the plan: {h.modelStatusToString(status)}")
-
-    def _run(self, start: np.ndarray | None) -> bool:
-        if start is not None:
-            sol = highspy.HighsSolution()
-            sol.col_value = list(start)
-            self.highs.setSolution(sol)  # HiGHS checks it and ignores it when it is infeasible now
-        with quiet_stdout():
-            return self.highs.run() != highspy.HighsStatus.kError

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.mip import MipModel, quiet_stdout, solve_with_pulp
+from planner.mip import MipModel, solve_with_pulp
 from planner.pools import Config
 from pricing.pool import CLUSTER, HELD
 
@@ -137,7 +137,6 @@ _NO_LIMIT = 1e30
 WORK_SCALE = 1000.0
 FEASIBILITY = 1e-6
 """The solvers' absolute tolerance on a row (HiGHS's default; CBC's is tighter): a bound is met within it."""
-_quiet_stdout = quiet_stdout  # planner.capacity.sparse_milp imports it from here
 
 
 @dataclass(frozen=True, slots=True)

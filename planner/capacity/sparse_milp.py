@@ -30,7 +30,7 @@ import highspy
 import numpy as np
 
 from planner.errors import SolverError
-from planner.milp import _quiet_stdout
+from planner.highs import new_highs, rowwise_lp, run_highs
 
 SEARCH_OPTIONS = {"mip_pool_soft_limit": 20, "mip_allow_restart": False, "mip_heuristic_run_rins": False,
                   "mip_heuristic_run_rens": False, "mip_heuristic_run_root_reduced_cost": False, "threads": 1,
@@ -86,39 +86,18 @@ class SparseMilp:
     def solve(self, *, gap: float = 1e-6, abs_gap: float | None = None, time_limit_s: float = 120.0,
               start: Mapping[int, float] | None = None) -> np.ndarray:
         """The optimal column values; ``start`` (column -> value, integers at least) is a MIP start."""
-        with _quiet_stdout():  # HiGHS prints its banner from C++ on first use; `--json` output must stay clean
-            h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
-        h.setOptionValue("mip_rel_gap", gap)
+        options = {**SEARCH_OPTIONS, "mip_rel_gap": gap, "time_limit": float(time_limit_s)}
         if abs_gap is not None:
-            h.setOptionValue("mip_abs_gap", abs_gap)
-        h.setOptionValue("time_limit", float(time_limit_s))
-        for key, value in SEARCH_OPTIONS.items():
-            h.setOptionValue(key, value)
-        lp = highspy.HighsLp()
-        lp.num_col_ = self.columns
-        lp.num_row_ = len(self.row_lower)
-        lp.col_cost_ = np.asarray(self.cost, dtype=float)
-        lp.col_lower_ = np.asarray(self.lower, dtype=float)
-        lp.col_upper_ = np.asarray(self.upper, dtype=float)
-        lp.row_lower_ = np.asarray(self.row_lower, dtype=float)
-        lp.row_upper_ = np.asarray(self.row_upper, dtype=float)
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-        lp.a_matrix_.start_ = np.asarray(self._starts, dtype=np.int32)
-        lp.a_matrix_.index_ = np.asarray(self._index, dtype=np.int32)
-        lp.a_matrix_.value_ = np.asarray(self._value, dtype=float)
-        lp.offset_ = self.constant
-        if any(self.integer):
-            kinds = highspy.HighsVarType
-            lp.integrality_ = [kinds.kInteger if i else kinds.kContinuous for i in self.integer]
-        h.passModel(lp)
+            options["mip_abs_gap"] = abs_gap
+        h = new_highs(options)
+        h.passModel(rowwise_lp(cost=self.cost, lower=self.lower, upper=self.upper, row_lower=self.row_lower,
+                               row_upper=self.row_upper, starts=self._starts, index=self._index, value=self._value,
+                               integer=self.integer, offset=self.constant))
         if start:
             index = np.fromiter(start.keys(), dtype=np.int32, count=len(start))
             value = np.fromiter(start.values(), dtype=float, count=len(start))
             h.setSolution(len(start), index, value)
-        if h.run() == highspy.HighsStatus.kError and h.getModelStatus() == highspy.HighsModelStatus.kNotset:
-            h.setOptionValue("threads", 0)  # the process's thread pool is another solver's (see above)
-            h.run()
+        run_highs(h)
         status = h.getModelStatus()
         if status != highspy.HighsModelStatus.kOptimal:
             raise SolverError(f"the capacity model did not solve (HiGHS status {h.modelStatusToString(status)})")
