@@ -6,6 +6,7 @@ hands gc an in-memory ComputeAPI holding the instances the test puts there.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from collections.abc import Mapping, Sequence
@@ -352,7 +353,11 @@ def test_a_teammates_instances_are_kept_and_any_home_judges_them(tmp_path: Path,
     (tmp_path / "empty").mkdir()
     assert main(["gc", "--runs-dir", str(tmp_path / "empty"), "--yes"]) == 0
     assert sorted(a.instances) == ["i-alice", "i-bob"]
-    # ... until told to judge every home as its own, where the running run of Bob's is not to be found either.
+    # ... until told to judge every home as its own, where the running run of Bob's is not to be found either;
+    # its dry run's command to paste keeps the flag.
+    capsys.readouterr()
+    assert main(["gc", "--runs-dir", str(tmp_path / "bob"), "--any-home"]) == 0
+    assert f"`planner gc --yes --any-home --runs-dir {tmp_path / 'bob'}`" in capsys.readouterr().out
     assert main(["gc", "--runs-dir", str(tmp_path / "bob"), "--any-home", "--yes"]) == 0
     assert sorted(a.instances) == ["i-bob"]
 
@@ -366,3 +371,23 @@ def test_a_damaged_home_file_is_one_clear_error(tmp_path: Path, clouds, capsys) 
     err = capsys.readouterr().err
     assert f"{runs / HOME_FILE}: not a danlu home id" in err and "--any-home" in err and "Traceback" not in err
     assert clouds["mema"].deleted == []
+
+
+def test_json_is_one_document_and_the_messages_go_to_stderr(tmp_path: Path, clouds, capsys) -> None:
+    runs = _runs(tmp_path)
+    clouds["mema"].add("i-ended", "ended", hourly_usd=1.25)
+    clouds["mema"].add("i-live", "live")
+    clouds["memb"].fail = "AuthFailure: the security token is invalid"
+    assert main(["gc", "--runs-dir", str(runs), "--json"]) == 1
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert doc["dry_run"] is True and doc["deleted"] == [] and doc["home"] is None
+    by_id = {i["id"]: i for i in doc["instances"]}
+    assert (by_id["i-ended"]["orphan"], by_id["i-ended"]["why"]) == (True, "run ended (completed)")
+    assert (by_id["i-live"]["orphan"], by_id["i-live"]["run"]) == (False, "live")
+    assert doc["orphans_usd_per_hour"] == 1.25 and doc["orphans_unpriced"] == 0
+    assert doc["failed"] == {"memb": "cannot list instances: memb: AuthFailure: the security token is invalid"}
+    assert "memb: cannot list instances" in captured.err and "dry run: nothing deleted" in captured.err
+    assert main(["gc", "--runs-dir", str(runs), "--json", "--yes"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["dry_run"] is False and doc["deleted"] == ["i-ended"] and clouds["mema"].deleted == ["i-ended"]

@@ -13,6 +13,7 @@ errors is one line, and the others go on.
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--provider", metavar="NAME", action="append", default=[],
                    help="only this cloud provider (the flag may repeat; default every installed one)")
     p.add_argument("--yes", action="store_true", help="delete the orphans (default: list them, delete nothing)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON document (the instances, what each is, what was deleted, the clouds that "
+                        "failed) on stdout; the messages go to stderr")
     p.add_argument("--any-home", action="store_true",
                    help="judge the instances started from other runs directories too, as if from this one (for "
                         "a runs directory that was deleted whole): their runs are not here, so they are orphans")
@@ -76,10 +80,14 @@ def handle(args: argparse.Namespace, console: Console) -> int:
             f"--provider {', '.join(sorted(unknown))}: not registered; registered providers: "
             f"{', '.join(registry.names())}."
         )
+    if args.json:
+        console = Console(stderr=True)
     clouds, failed = _clouds(registry, wanted, console)
     if not clouds and not failed:
         console.print(escape("no cloud providers installed: nothing to collect (they come with e.g. "
                              "`pip install 'danlu[aws]'`)."))
+        if args.json:
+            print(json.dumps(_document(runs_dir, None, [], [], {}, dry_run=not args.yes), indent=2))
         return 0
     if not runs_dir.is_dir():
         raise RunStateError(
@@ -93,8 +101,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         try:
             instances = api.list_tagged()
         except RuntimeFailure as exc:  # ComputeAPIError, ProviderError: one line, the next cloud
-            failed.append(name)
-            console.print(f"[red]{escape(name)}[/]: cannot list instances: {escape(str(exc))}", highlight=False)
+            _fail(failed, name, f"cannot list instances: {exc}", console)
             continue
         by_tag: dict[str, list[object]] = {}  # as this cloud stores the tag
         for tag, states in runs.items():
@@ -102,48 +109,70 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         here = None if args.any_home else (api.tag_value(home) if home else "")
         found.extend(_judge(name, instance, by_tag, here) for instance in instances)
     orphans = [f for f in found if f.orphan]
-    _print(found, console)
+    if not args.json:
+        _print(found, console)
     kept = [f for f in found if not f.orphan]
     if kept:
         console.print(f"kept {len(kept)} instance(s): {_kept_why(kept)}")
     if not orphans:
         console.print("no orphaned instances")
     elif not args.yes:
-        more = f" --runs-dir {escape(str(args.runs_dir))}" if args.runs_dir else ""
+        more = (" --any-home" if args.any_home else "") + (f" --runs-dir {escape(str(args.runs_dir))}"
+                                                           if args.runs_dir else "")
         console.print(f"dry run: nothing deleted. To delete these {len(orphans)} instance(s): "
                       f"`planner gc --yes{more}`", soft_wrap=True)
-    else:
-        failed.extend(_delete(clouds, orphans, console))
+    deleted = _delete(clouds, orphans, failed, console) if orphans and args.yes else []
+    if args.json:
+        print(json.dumps(_document(runs_dir, home, found, deleted, failed, dry_run=not args.yes), indent=2))
     return EXIT_CLOUD_ERROR if failed else 0
 
 
-def _clouds(registry, wanted: set[str], console: Console) -> tuple[dict[str, object], list[str]]:
-    """A ComputeAPI per registered remote provider; the names that failed (each said in one line)."""
+def _fail(failed: dict[str, str], name: str, message: str, console: Console) -> None:
+    failed[name] = message
+    console.print(f"[red]{escape(name)}[/]: {escape(message)}", highlight=False)
+
+
+def _document(runs_dir: Path, home: str | None, found: list[Found], deleted: list[str], failed: dict[str, str],
+              *, dry_run: bool) -> dict[str, object]:
+    """What ``--json`` prints."""
+    orphans = [f for f in found if f.orphan]
+    return {
+        "runs_dir": str(runs_dir), "home": home, "dry_run": dry_run,
+        "instances": [{"cloud": f.provider, "id": f.instance.id, "name": f.instance.name,
+                       "state": f.instance.state.value, "zone": f.instance.zone, "run": f.run,
+                       "home": f.instance.tags.get("danlu-home"), "orphan": f.orphan, "why": f.why,
+                       "hourly_usd": f.hourly_usd} for f in found],
+        "orphans_usd_per_hour": sum(f.hourly_usd for f in orphans if f.hourly_usd is not None),
+        "orphans_unpriced": sum(1 for f in orphans if f.hourly_usd is None),
+        "deleted": deleted,
+        "failed": failed,
+    }
+
+
+def _clouds(registry, wanted: set[str], console: Console) -> tuple[dict[str, object], dict[str, str]]:
+    """A ComputeAPI per registered remote provider; the clouds that failed, each with why (said in one line)."""
     clouds: dict[str, object] = {}
-    failed: list[str] = []
+    failed: dict[str, str] = {}
     for name in registry.names():
         if wanted and name not in wanted:
             continue
         try:
             cls = registry.load(name)
         except registry.ProviderUnavailable as exc:
-            failed.append(name)
-            console.print(f"[red]{escape(name)}[/]: {escape(str(exc))}", highlight=False)
+            _fail(failed, name, str(exc), console)
             continue
         if not cls.remote or cls.delegates:  # "auto" owns nothing: its clouds' providers list theirs
             continue
         compute = getattr(cls, "compute", None)
         if compute is None:
-            failed.append(name)
-            console.print(f"[red]{escape(name)}[/]: the provider has no compute() classmethod, so its instances "
-                          "cannot be listed", highlight=False)
+            _fail(failed, name, "the provider has no compute() classmethod, so its instances cannot be listed",
+                  console)
             continue
         try:
             parse = getattr(cls, "parse_options", None)  # a CloudProvider validates its options first
             clouds[name] = compute(parse(_options()) if parse else _options())
         except RuntimeFailure as exc:  # ComputeAPIError, ProviderError: one line, the next cloud
-            failed.append(name)
-            console.print(f"[red]{escape(name)}[/]: cannot reach the cloud: {escape(str(exc))}", highlight=False)
+            _fail(failed, name, f"cannot reach the cloud: {exc}", console)
     return clouds, failed
 
 
@@ -241,9 +270,10 @@ def _print(found: list[Found], console: Console) -> None:
         console.print(f"orphans cost ? ({unpriced} of unknown price)")
 
 
-def _delete(clouds: dict[str, object], orphans: list[Found], console: Console) -> list[str]:
-    """Delete the orphans cloud by cloud; the clouds that failed."""
-    failed = []
+def _delete(clouds: dict[str, object], orphans: list[Found], failed: dict[str, str], console: Console) -> list[str]:
+    """Delete the orphans cloud by cloud: the ids each cloud was asked to delete (a cloud that refused is
+    added to ``failed``)."""
+    deleted: list[str] = []
     for name, api in clouds.items():
         ids = [f.instance.id for f in orphans if f.provider == name]
         if not ids:
@@ -251,10 +281,9 @@ def _delete(clouds: dict[str, object], orphans: list[Found], console: Console) -
         try:
             api.delete(ids)
         except RuntimeFailure as exc:  # ComputeAPIError, ProviderError: one line, the next cloud
-            failed.append(name)
-            console.print(f"[red]{escape(name)}[/]: cannot delete {len(ids)} instance(s): {escape(str(exc))}",
-                          highlight=False)
+            _fail(failed, name, f"cannot delete {len(ids)} instance(s): {exc}", console)
             continue
+        deleted.extend(ids)
         console.print(f"{escape(name)}: asked to delete {len(ids)} instance(s): {escape(', '.join(ids))} (billing "
                       "ends when the cloud has terminated them)", highlight=False)
-    return failed
+    return deleted
