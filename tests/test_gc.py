@@ -341,10 +341,13 @@ def test_a_teammates_instances_are_kept_and_any_home_judges_them(tmp_path: Path,
         a.add(id_, state.run_id, home=state.home)
     a.add("i-legacy", "legacy")
     shutil.rmtree(tmp_path / "bob" / "old")
+    assert main(["gc", "--runs-dir", str(tmp_path / "bob"), "--json"]) == 0
+    why = {i["id"]: i["why"] for i in json.loads(capsys.readouterr().out)["instances"]}
+    # Where Alice's home is, as this machine saw it when her run started.
+    assert why["i-alice"] == f"kept: from another runs directory (home {alice.home} at {tmp_path / 'alice'})"
     assert main(["gc", "--runs-dir", str(tmp_path / "bob"), "--yes"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert sorted(a.deleted) == ["i-legacy", "i-old"], out
-    assert "kept: from another runs directory" in out and alice.home in out
     assert "orphans cost ? (2 of unknown price)" in out
     assert "kept 2 instance(s): 1 of runs still running; 1 started from other runs directories" in out
 

@@ -67,7 +67,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace, console: Console) -> int:
-    from runtime.control.run_home import read_home
+    from runtime.control.run_home import known_homes, read_home
     from runtime.control.run_state import RunStateError
     from runtime.providers import registry
     from runtime.reports.run_view import default_runs_dir
@@ -96,6 +96,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         )
     runs = _runs_by_tag(runs_dir)
     home = read_home(runs_dir)
+    known = known_homes().homes
     found: list[Found] = []
     for name, api in clouds.items():
         try:
@@ -107,7 +108,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         for tag, states in runs.items():
             by_tag.setdefault(api.tag_value(tag), []).extend(states)
         here = None if args.any_home else (api.tag_value(home) if home else "")
-        found.extend(_judge(name, instance, by_tag, here) for instance in instances)
+        found.extend(_judge(name, instance, by_tag, here, known) for instance in instances)
     orphans = [f for f in found if f.orphan]
     if not args.json:
         _print(found, console)
@@ -206,9 +207,11 @@ def _runs_by_tag(runs_dir: Path) -> dict[str, list[object]]:
     return out
 
 
-def _judge(provider: str, instance, runs: Mapping[str, list[object]], home: str | None) -> Found:
+def _judge(provider: str, instance, runs: Mapping[str, list[object]], home: str | None,
+           known: Mapping[str, list[str]]) -> Found:
     """What ``instance`` is, from the runs here by their ids (as this cloud stores them) and this runs
-    directory's home id as the cloud stores it ("" when it has none; None: every home counts as this one)."""
+    directory's home id as the cloud stores it ("" when it has none; None: every home counts as this one);
+    ``known``: where the homes seen on this machine are."""
     from runtime.providers.cloud_api import TAG_HOME, TAG_LAUNCH, TAG_RUN
 
     run = instance.tags.get(TAG_RUN, "")
@@ -217,7 +220,8 @@ def _judge(provider: str, instance, runs: Mapping[str, list[object]], home: str 
         started = instance.tags.get(TAG_HOME)
         if home is not None and started is not None and started != home:
             # A teammate's run, or one of a runs directory moved without its .danlu-home: not ours to judge.
-            return Found(provider, instance, run, f"kept: from another runs directory (home {started})",
+            where = f" at {known[started][-1]}" if known.get(started) else ""
+            return Found(provider, instance, run, f"kept: from another runs directory (home {started}{where})",
                          False, instance.hourly_usd)
         return Found(provider, instance, run, "run directory gone", True, instance.hourly_usd)
     unreadable = [s for s in states if isinstance(s, str)]

@@ -7,20 +7,39 @@ A run on a cloud provider therefore tags its instances with the id of the runs d
 (``danlu-home``), kept in that directory's ``.danlu-home``: gc judges as gone only the instances of its own
 home. The id is random, not a hash of the path, because ``/home/ubuntu/runs`` is the same path on every
 machine a team starts from; it moves with the directory when the directory is moved or shared.
+
+So that gc can say where another home is, each home used on this machine is remembered with its
+directory's path in the user's data directory (``homes.json``): a hint, rebuilt as runs start.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import secrets
 from pathlib import Path
+from typing import Literal
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from danlu import atomic_file
+from pricing.embedded_catalog import data_dir
 from runtime.control.queue_record import is_queue_run
 from runtime.control.run_state import RunStateError
 
 HOME_FILE = ".danlu-home"
+KNOWN_FILE = "homes.json"
 _HOME = re.compile(r"[0-9a-f]{12}")
+log = logging.getLogger(__name__)
+
+
+class KnownHomes(BaseModel):
+    """``homes.json``: the runs directories (absolute paths, the latest last) each home was seen at."""
+
+    model_config = ConfigDict(extra="forbid")
+    format: Literal[1] = 1
+    homes: dict[str, list[str]] = {}
 
 
 def runs_root(run_dir: Path) -> Path:
@@ -57,6 +76,7 @@ def home_of(root: Path) -> str:
     place, so the second one reads the first one's."""
     found = read_home(root)
     if found is not None:
+        _remember(found, root)
         return found
     root.mkdir(parents=True, exist_ok=True)
     token = secrets.token_hex(6)
@@ -72,7 +92,34 @@ def home_of(root: Path) -> str:
         ) from None
     finally:
         draft.unlink(missing_ok=True)
-    return read_home(root) or token
+    home = read_home(root) or token
+    _remember(home, root)
+    return home
+
+
+def known_homes() -> KnownHomes:
+    """The homes seen on this machine; none when the file is missing or unreadable (it is only a hint)."""
+    path = data_dir() / KNOWN_FILE
+    try:
+        return KnownHomes.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        return KnownHomes()
+    except (OSError, ValidationError) as exc:
+        log.warning("%s: unreadable, ignored (%s)", path, type(exc).__name__)
+        return KnownHomes()
+
+
+def _remember(home: str, root: Path) -> None:
+    where = str(root.resolve())
+    known = known_homes()
+    seen = known.homes.get(home, [])
+    if seen[-1:] == [where]:
+        return
+    known.homes[home] = [p for p in seen if p != where][-4:] + [where]
+    try:
+        atomic_file.write_text(data_dir() / KNOWN_FILE, known.model_dump_json(indent=2) + "\n")
+    except OSError as exc:  # a hint for gc's messages, not worth a run
+        log.warning("could not remember runs directory %s: %s", where, exc)
 
 
 def _place(draft: Path, path: Path) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from runtime.control.queue_record import QUEUE_RUN_FILE
-from runtime.control.run_home import HOME_FILE, home_of, read_home, runs_root
+from pricing.embedded_catalog import data_dir
+from runtime.control.run_home import HOME_FILE, KNOWN_FILE, home_of, known_homes, read_home, runs_root
 from runtime.control.run_state import RunStateError
 
 
@@ -56,3 +57,18 @@ def test_a_damaged_home_is_refused_with_the_fix(tmp_path: Path, text: str) -> No
     with pytest.raises(RunStateError, match="not a danlu home id.*To fix: restore it"):
         home_of(tmp_path)
     assert (tmp_path / HOME_FILE).read_text() == text  # nothing overwritten
+
+
+def test_each_home_is_remembered_where_it_was_last_seen(tmp_path: Path) -> None:
+    home = home_of(tmp_path / "runs")
+    moved = tmp_path / "moved"
+    (tmp_path / "runs").rename(moved)  # the home moves with its directory
+    assert home_of(moved) == home
+    assert known_homes().homes == {home: [str((tmp_path / "runs").resolve()), str(moved.resolve())]}
+
+
+def test_a_damaged_list_of_homes_is_ignored_and_rewritten(tmp_path: Path) -> None:
+    (data_dir() / KNOWN_FILE).write_text("{not json")
+    assert known_homes().homes == {}
+    home = home_of(tmp_path)  # the run starts all the same
+    assert known_homes().homes == {home: [str(tmp_path.resolve())]}
