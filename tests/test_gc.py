@@ -313,7 +313,7 @@ def _cloud_run(tmp_path: Path, run_dir: Path, status: str = "running"):
     return state
 
 
-def test_a_cloud_run_is_known_by_its_name_and_its_runs_directorys_home(tmp_path: Path, clouds) -> None:
+def test_a_cloud_run_is_known_by_its_name_and_its_runs_directorys_home(tmp_path: Path, clouds, capsys) -> None:
     # Alice and Bob each start "bert" from their own runs directory on one cloud account: with the
     # directory's name alone for an id, a resume of one released the other's instances, and their node
     # names clashed (one VM name per zone).
@@ -325,6 +325,11 @@ def test_a_cloud_run_is_known_by_its_name_and_its_runs_directorys_home(tmp_path:
     assert node_name(alice.run_id, "l-1", 0) != node_name(bob.run_id, "l-1", 0)
     assert (tmp_path / "alice" / HOME_FILE).stat().st_mode & 0o777 == 0o644
     assert _cloud_run(tmp_path, tmp_path / "alice" / "gpt").home == home  # one home per runs directory
+    # `planner status` gives the tags to find the run's instances by in a cloud's console.
+    assert main(["status", str(tmp_path / "alice" / "bert"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cloud_tags"] == {TAG_RUN: alice.run_id, TAG_HOME: home}
+    assert main(["status", str(tmp_path / "alice" / "bert")]) == 0
+    assert f"danlu-run={alice.run_id}, danlu-home={home}" in capsys.readouterr().out
     (tmp_path / "jobs" / "carol").mkdir()
     local = load_state(new_run(tmp_path / "jobs" / "carol", run_dir=tmp_path / "carol" / "bert"))
     assert local.home is None and local.run_id == "bert" and not (tmp_path / "carol" / HOME_FILE).exists()

@@ -80,6 +80,8 @@ def figures(view: RunView, *, now: float | None = None) -> list[tuple[str, str]]
     rows.extend(_forecast_rows(view))
     if view.pool:
         rows.append(("Pool", view.pool))
+    if view.cloud_tags:
+        rows.append(("Cloud tags", ", ".join(f"{k}={v}" for k, v in view.cloud_tags.items())))
     recoveries = [_count(view.preemptions, "preemption"), _count(view.replans, "re-plan"),
                   _count(view.failures, "failure")]
     rows.append(("Recoveries", ", ".join(recoveries)))

@@ -44,6 +44,7 @@ from runtime.control.events import read_events
 from runtime.control.run_state import STATE_FILE, SUMMARY_FILE, LaunchRecord, RunState, load_state
 from runtime.control.run_summary import work_done_units
 from runtime.errors import CheckpointError, ContractError, RuntimeFailure
+from runtime.providers.cloud_api import TAG_HOME, TAG_RUN
 from runtime.training import contract
 from runtime.training.store import CheckpointStore
 
@@ -141,6 +142,9 @@ class RunView:
     alerts_sent: tuple[str, ...]
     problems: tuple[str, ...]
     alerts_queued: int = 0
+    # The tags its cloud instances carry (danlu-run, danlu-home): how to find them in a cloud's console.
+    # None for a run on this machine.
+    cloud_tags: dict[str, str] | None = None
 
     @property
     def running(self) -> bool:
@@ -182,7 +186,7 @@ class RunView:
             "remaining_hours": fc.remaining_hours if fc else None, "eta": _iso(self.eta),
             "deadline": _iso(self.deadline_at), "slack_hours": fc.slack_hours if fc and self.running else None,
             "started": _iso(self.started_at), "as_of": _iso(self.as_of), "hours": self.hours,
-            "time_scale": self.time_scale, "pool": self.pool,
+            "time_scale": self.time_scale, "pool": self.pool, "cloud_tags": self.cloud_tags,
             "pools": [{"pool": p.pool, "purchase": p.purchase, "node_hours": p.node_hours, "cost_usd": p.usd}
                       for p in self.by_pool],
             "timeline": [{"t": _iso(e.t), "kind": e.kind, "text": e.text, "spent_usd": e.spent_usd,
@@ -271,6 +275,7 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunView:
         timeline=_timeline(events, segments, intervals),
         thresholds=tuple(job.alerts.thresholds), alerts_sent=tuple(sorted(sent)), problems=tuple(problems),
         alerts_queued=_queued_alerts(path / "outbox"),
+        cloud_tags={TAG_RUN: state.tag(path), TAG_HOME: state.home} if state.home else None,
     )
 
 
