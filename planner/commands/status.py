@@ -87,6 +87,8 @@ def _list(root: Path, runs: list[Path], queue_dirs: list[Path], as_json: bool, c
     own = queues[0] if queue_dirs == [root] and queues else None
     if as_json:
         rows = [_with_controller(view) for view in views] + [{"run_dir": str(p), "error": e} for p, e in broken]
+        if own is None:  # each queue's own line too, as a queue's directory gives it
+            rows += [{"run_dir": str(q.run_dir), "queue": q.to_dict()} for q in queues]
         print(json.dumps(rows if own is None else {"queue": own.to_dict(), "runs": rows}, indent=2))
         return 0
     if own is not None:

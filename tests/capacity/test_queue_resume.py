@@ -207,7 +207,9 @@ def test_a_killed_queue_is_finished_by_resuming_its_run_directory(tmp_path: Path
     assert f"queue q (runs): stopped (its process is gone) -- finish it: `planner run --resume {root}`" in text
     assert "runs/b: not started (slot 15, was due " in text
     assert main(["status", str(tmp_path), "--json"]) == 0
-    assert [r["run_dir"] for r in json.loads(capsys.readouterr().out)] == [str(root / "a")]
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["run_dir"] for r in rows] == [str(root / "a"), str(root)]
+    assert rows[1]["queue"]["status"] == "stopped" and rows[1]["queue"]["not_started"][0]["job"] == "b"
     assert not (root / "b").exists(), "b started before its slot"
     assert not (root / "queue.json").exists()  # the queue never got to write its outcome
     record = queue_record.read(root)
