@@ -136,12 +136,14 @@ def _fail(failed: dict[str, str], name: str, message: str, console: Console) -> 
 def _document(runs_dir: Path, home: str | None, found: list[Found], deleted: list[str], failed: dict[str, str],
               *, dry_run: bool) -> dict[str, object]:
     """What ``--json`` prints."""
+    from runtime.providers.cloud_api import TAG_HOME
+
     orphans = [f for f in found if f.orphan]
     return {
         "runs_dir": str(runs_dir), "home": home, "dry_run": dry_run,
         "instances": [{"cloud": f.provider, "id": f.instance.id, "name": f.instance.name,
                        "state": f.instance.state.value, "zone": f.instance.zone, "run": f.run,
-                       "home": f.instance.tags.get("danlu-home"), "orphan": f.orphan, "why": f.why,
+                       "home": f.instance.tags.get(TAG_HOME), "orphan": f.orphan, "why": f.why,
                        "hourly_usd": f.hourly_usd} for f in found],
         "orphans_usd_per_hour": sum(f.hourly_usd for f in orphans if f.hourly_usd is not None),
         "orphans_unpriced": sum(1 for f in orphans if f.hourly_usd is None),
