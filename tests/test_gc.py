@@ -296,7 +296,7 @@ def test_a_cloud_that_changes_tags_still_finds_the_run(tmp_path: Path, clouds, m
     runs = tmp_path / "runs"
     _run(tmp_path, runs / "GPT-7B.finetune", "running")
     clouds["mema"].add("i-live", "GPT-7B.finetune")
-    assert clouds["mema"].instances["i-live"].tags[TAG_RUN] == "gpt-7b-finetune"
+    assert clouds["mema"].instances["i-live"].tags[TAG_RUN].startswith("gpt-7b-finetune-")
     assert main(["gc", "--runs-dir", str(runs), "--yes"]) == 0
     assert "kept: the run is running" in capsys.readouterr().out
     assert clouds["mema"].deleted == []

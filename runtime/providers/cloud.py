@@ -403,9 +403,9 @@ class CloudProvider(Provider):
         return {TAG_RUN: self.run_id, TAG_HOME: self.home} if self.home else {TAG_RUN: self.run_id}
 
     def _tagged(self) -> list[Instance]:
-        """The instances tagged with this run's id and home. An id can repeat across runs directories (a GCE
-        label keeps 63 characters of it; a run started before ids carried the home is its directory's name), a
-        home cannot; an instance without a home is one of a run started before it kept one."""
+        """The instances tagged with this run's id and home. An id can repeat across runs directories (a run
+        started before ids carried the home is its directory's name), a home cannot; an instance without a home
+        is one of a run started before it kept one."""
         home = self.compute.tag_value(self.home) if self.home else None
         return [i for i in self.compute.list_tagged(TAG_RUN, self.run_id) if i.tags.get(TAG_HOME) in (None, home)]
 

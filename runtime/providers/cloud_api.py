@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -39,6 +40,7 @@ __all__ = [
     "Instance",
     "InstanceRequest",
     "InstanceState",
+    "fit_label",
 ]
 
 TAG_RUN = "danlu-run"
@@ -46,6 +48,18 @@ TAG_LAUNCH = "danlu-launch"
 TAG_NODE = "danlu-node"
 TAG_HOME = "danlu-home"
 """Tag keys (GCP label keys: lower case, dashes) on every instance danlu creates."""
+
+
+def fit_label(text: str, cleaned: str, limit: int = 63) -> str:
+    """``cleaned`` (``text`` with the characters a label refuses replaced) as a label value that still tells
+    ``text`` apart: when cleaning changed or would cut it, the first characters and a digest of ``text``. Two
+    run ids sharing their first 63 characters, or differing only in case or punctuation, would otherwise get
+    one label, and a resume deletes every instance labelled with its id."""
+    if cleaned == text and len(cleaned) <= limit:
+        return cleaned
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    head = cleaned[: limit - len(digest) - 1]
+    return f"{head}-{digest}" if head else digest
 
 
 class ComputeAPIError(ProviderError):

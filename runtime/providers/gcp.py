@@ -45,6 +45,7 @@ from runtime.providers.cloud_api import (
     Instance,
     InstanceRequest,
     InstanceState,
+    fit_label,
 )
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ def _is_local(endpoint: str | None) -> bool:
 
 def label_value(text: str) -> str:
     """``text`` as a valid GCE label value: lower case, digits, ``-`` and ``_``, at most 63 characters."""
-    return _LABEL_BAD.sub("-", text.lower())[:63]
+    return fit_label(text, _LABEL_BAD.sub("-", text.lower()))
 
 
 def accelerators_for(pool: Pool) -> tuple[str, list[tuple[str, int]]]:

@@ -61,6 +61,7 @@ from runtime.providers.cloud_api import (
     Instance,
     InstanceRequest,
     InstanceState,
+    fit_label,
 )
 
 __all__ = [
@@ -110,7 +111,7 @@ class KubernetesOptions(CloudOptions):
 
 def label_value(text: str) -> str:
     """``text`` as a label value: letters, digits, ``-_.``, at most 63, alphanumeric at both ends."""
-    return _LABEL_BAD.sub("-", text)[:63].strip("-_.")
+    return fit_label(text, _LABEL_BAD.sub("-", text).strip("-_."))
 
 
 def job_name(run_id: str, launch_id: str) -> str:

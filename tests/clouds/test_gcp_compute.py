@@ -72,7 +72,7 @@ def test_create_sends_spot_scheduling_labels_accelerators_and_the_startup_script
     assert body["scheduling"]["provisioningModel"] == "SPOT"
     assert body["scheduling"]["instanceTerminationAction"] == "DELETE"
     assert body["scheduling"]["onHostMaintenance"] == "TERMINATE"
-    assert body["labels"] == {TAG_RUN: "run_a", TAG_LAUNCH: "l1", TAG_NODE: "run-a-l1-n0"}
+    assert body["labels"] == {TAG_RUN: label_value("Run_A"), TAG_LAUNCH: "l1", TAG_NODE: "run-a-l1-n0"}
     assert body["machineType"].endswith(f"/zones/{ZONE}/machineTypes/n1-highmem-8")
     assert body["guestAccelerators"] == [
         {"acceleratorType": f"zones/{ZONE}/acceleratorTypes/nvidia-tesla-t4", "acceleratorCount": 2}]
@@ -125,6 +125,18 @@ def test_list_tagged_filters_by_label_in_every_zone(gce, api):
     assert api.list_tagged(TAG_RUN, "run-z") == []
 
 
+def test_run_ids_that_one_label_would_cut_to_the_same_text_find_only_their_own_vms(gce, api):
+    # A queue's job ids are the queue's and the job's names: long, and alike up to the job's name.
+    queue = "nightly-finetune-llama-3-8b-on-the-support-tickets-of-the-last-quarter"
+    first, second = f"{queue}-job-1-3f2a1c", f"{queue}-job-2-3f2a1c"
+    assert first[:63] == second[:63]
+    api.create(_request(names=("j1-n0",), run=first))
+    api.create(_request(names=("j2-n0",), run=second))
+    assert [i.name for i in api.list_tagged(TAG_RUN, first)] == ["j1-n0"]
+    assert [i.name for i in api.list_tagged(TAG_RUN, second)] == ["j2-n0"]
+    assert all(len(v) <= 63 for i in api.list_tagged(TAG_RUN) for v in i.tags.values())
+
+
 @pytest.mark.parametrize("http", [False, True], ids=["in-operation", "http-status"])
 @pytest.mark.parametrize("code", ["ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
                                   "QUOTA_EXCEEDED", "RESOURCE_EXHAUSTED"])
@@ -154,7 +166,9 @@ def test_other_errors_are_compute_api_errors_not_capacity(gce, api):
 
 
 def test_labels_and_options_are_checked():
-    assert label_value("Run 2024/07.X") == "run-2024-07-x"
+    assert label_value("train-3f2a1c") == "train-3f2a1c"  # a valid label is kept as it is
+    assert label_value("Run 2024/07.X").startswith("run-2024-07-x-")  # a changed one says from what
+    assert label_value("Run 2024/07.X") != label_value("run-2024-07-x") != label_value("Run 2024/07.x")
     assert len(label_value("x" * 100)) == 63
     with pytest.raises(Exception, match="anonymous"):
         GcpOptions.parse({"anonymous": True, "api_endpoint": "https://compute.googleapis.com"})

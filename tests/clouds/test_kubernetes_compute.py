@@ -168,6 +168,18 @@ def test_delete_takes_job_service_and_pods_and_gc_lists_leftovers(kube):
     assert again
 
 
+def test_run_ids_that_one_label_would_cut_to_the_same_text_find_only_their_own_jobs(kube):
+    api = _api()
+    queue = "nightly-finetune-llama-3-8b-on-the-support-tickets-of-the-last-quarter"
+    first, second = f"{queue}-job-1-3f2a1c", f"{queue}-job-2-3f2a1c"
+    api.create(_request(nodes=1, run=first))
+    api.create(_request(nodes=1, run=second))
+    mine = {i.id.split("/", 1)[1] for i in api.list_tagged(TAG_RUN, first)}
+    theirs = {i.id.split("/", 1)[1] for i in api.list_tagged(TAG_RUN, second)}
+    assert mine == {f"job/{job_name(first, 'l-1')}", f"service/{job_name(first, 'l-1')}"}
+    assert theirs == {f"job/{job_name(second, 'l-1')}", f"service/{job_name(second, 'l-1')}"}
+
+
 def test_gc_without_cluster_wide_list_falls_back_to_namespaces(kube):
     api = _api()
     api.create(_request(nodes=1, run="run-d"))
