@@ -9,11 +9,14 @@ home. The id is random, not a hash of the path, because ``/home/ubuntu/runs`` is
 machine a team starts from; it moves with the directory when the directory is moved or shared.
 
 So that gc can say where another home is, each home used on this machine is remembered with its
-directory's path in the user's data directory (``homes.json``): a hint, rebuilt as runs start.
+directory's path in the user's data directory (``homes.json``): a hint, rebuilt as runs start, updated under
+a lock so that runs starting at once from several runs directories all stay in it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import re
@@ -111,15 +114,28 @@ def known_homes() -> KnownHomes:
 
 def _remember(home: str, root: Path) -> None:
     where = str(root.resolve())
-    known = known_homes()
-    seen = known.homes.get(home, [])
-    if seen[-1:] == [where]:
+    if known_homes().homes.get(home, [])[-1:] == [where]:
         return
-    known.homes[home] = [p for p in seen if p != where][-4:] + [where]
     try:
-        atomic_file.write_text(data_dir() / KNOWN_FILE, known.model_dump_json(indent=2) + "\n")
+        with _locked(data_dir() / f"{KNOWN_FILE}.lock"):
+            known = known_homes()  # again, under the lock: another start may have added its home since
+            seen = known.homes.get(home, [])
+            known.homes[home] = [p for p in seen if p != where][-4:] + [where]
+            atomic_file.write_text(data_dir() / KNOWN_FILE, known.model_dump_json(indent=2) + "\n")
     except OSError as exc:  # a hint for gc's messages, not worth a run
         log.warning("could not remember runs directory %s: %s", where, exc)
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """Hold an exclusive ``flock`` on ``path`` (made if missing) for the block."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the only descriptor drops the lock
 
 
 def _place(draft: Path, path: Path) -> None:

@@ -33,6 +33,23 @@ def test_runs_starting_at_once_agree_on_one_home(tmp_path: Path) -> None:
     assert read_home(root) == homes[0] and sorted(p.name for p in root.iterdir()) == [HOME_FILE]
 
 
+def test_runs_starting_at_once_from_several_runs_directories_are_all_remembered(tmp_path: Path) -> None:
+    roots = [tmp_path / f"runs-{i}" for i in range(8)]
+    homes: dict[Path, str] = {}
+    go = threading.Barrier(len(roots))
+
+    def start(root: Path) -> None:
+        go.wait()
+        homes[root] = home_of(root)
+
+    threads = [threading.Thread(target=start, args=(root,)) for root in roots]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert known_homes().homes == {home: [str(root.resolve())] for root, home in homes.items()}
+
+
 def test_without_hard_links_the_home_is_still_made_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def no_links(*_args, **_kwargs):
         raise PermissionError(1, "Operation not permitted")  # what a file system without hard links answers
