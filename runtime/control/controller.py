@@ -78,6 +78,7 @@ from runtime.control.events import FILENAME as EVENTS_FILE
 from runtime.control.events import EventLog
 from runtime.control.held import HeldAllotment
 from runtime.control.held_lease import HeldLease
+from runtime.control.replan import elsewhere_usd_per_hour
 from runtime.control.run_state import Progress, RunState, RunStateError, load_state, save_state
 from runtime.control.run_summary import build_summary, write_summary
 from runtime.control.spend import Spend
@@ -157,7 +158,8 @@ class Controller:
         self.spend = Spend(job, state, self.store, self.ledger, self.events, clock=clock,
                            deadline_at=self.deadline_at)
         self.held_lease = HeldLease(held, job, clock=clock, events=self.events, poll_s=tuning.poll_s,
-                                    deadline_at=self.deadline_at)
+                                    deadline_at=self.deadline_at,
+                                    usd_per_hour=lambda pool, nodes: elsewhere_usd_per_hour(job, catalog, pool, nodes))
 
     @classmethod
     def open(cls, run_dir: str | Path, *, tuning: Tuning = Tuning(),

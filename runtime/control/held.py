@@ -19,11 +19,13 @@ before it provisions them and gives them back when it releases them:
   there would be a lie in the ledger.
 * A job that waits says so (:meth:`HeldAllotment.wait`), in order of arrival: the nodes it waits
   for are not free to the jobs behind it, nor to the re-plans of the others.  When it cannot wait
-  for the holder to finish (its deadline leaves less than the holder's remaining hours), the one
-  with less work left moves off: :meth:`HeldAllotment.must_yield` tells the holder to stop at a
-  checkpoint and re-plan elsewhere when its remaining node-hours (and a restart) are fewer than
-  the waiter's.  The schedule counted on the nodes being the waiter's by now; moving the job with
-  the smaller remainder to paid capacity is the cheaper of the two ways to keep both deadlines.
+  for the holder to finish (its deadline leaves less than the holder's remaining hours), one of the
+  two must pay for capacity elsewhere, and the cheaper move is made: :meth:`HeldAllotment.must_yield`
+  tells the holder to stop at a checkpoint and re-plan elsewhere when its remaining hours (and a
+  restart) would cost less on the cheapest on-demand capacity its job may use than the waiter's
+  hours would on the waiter's.  The two jobs may need different GPUs (a 70B model the 80 GB ones, a
+  small one any), so the same node-hours can cost either several times the other; without a price
+  for either, node-hours decide.  The schedule counted on the nodes being the waiter's by now.
 * The allotment is per process and thread-safe; a run outside a queue has none and uses its held
   nodes as its job says.
 """
@@ -59,13 +61,15 @@ class Window:
 @dataclass(slots=True)
 class Waiter:
     """A job waiting for ``nodes`` of a reservation: it must have them by ``latest_h`` (queue hours) to
-    finish in time, and its plan runs ``hours`` on them."""
+    finish in time, and its plan runs ``hours`` on them; an hour of that work costs ``usd_per_hour``
+    elsewhere (None: unknown)."""
 
     job: str
     key: Key
     nodes: int
     latest_h: float
     hours: float
+    usd_per_hour: float | None = None
 
 
 class HeldAllotment:
@@ -122,17 +126,19 @@ class HeldAllotment:
             if job is not None:
                 self._yielding.get(key, set()).discard(job)
 
-    def wait(self, job: str, pool: Pool, nodes: int, *, slack_h: float, hours: float) -> None:
+    def wait(self, job: str, pool: Pool, nodes: int, *, slack_h: float, hours: float,
+             usd_per_hour: float | None = None) -> None:
         """``job`` waits for ``nodes`` of ``pool``'s reservation, has ``slack_h`` hours before it must start
-        on them to meet its deadline (inf: none), and then runs ``hours``; called again, it updates."""
+        on them to meet its deadline (inf: none), and then runs ``hours``, each of which would cost it
+        ``usd_per_hour`` elsewhere; called again, it updates."""
         key = key_of(pool)
         with self._lock:
             latest = self._hours() + slack_h
             for w in self._waiting:
                 if w.job == job and w.key == key:
-                    w.nodes, w.latest_h, w.hours = nodes, latest, hours
+                    w.nodes, w.latest_h, w.hours, w.usd_per_hour = nodes, latest, hours, usd_per_hour
                     return
-            self._waiting.append(Waiter(job, key, nodes, latest, hours))
+            self._waiting.append(Waiter(job, key, nodes, latest, hours, usd_per_hour))
 
     def done_waiting(self, job: str) -> None:
         with self._lock:
@@ -144,13 +150,16 @@ class HeldAllotment:
         with self._lock:
             return any(w.key == key and w.job != job for w in self._waiting)
 
-    def must_yield(self, job: str, pool: Pool, nodes: int, *, remaining_h: float, restart_h: float) -> str | None:
+    def must_yield(self, job: str, pool: Pool, nodes: int, *, remaining_h: float, restart_h: float,
+                   usd_per_hour: float | None = None) -> str | None:
         """Whether ``job``, holding ``nodes`` of ``pool``'s reservation with ``remaining_h`` hours of work
-        left on them, should stop and move off for a waiting job: the name of that job, or None.
+        left on them (``usd_per_hour`` each elsewhere), should stop and move off for a waiting job: the
+        name of that job, or None.
 
-        It should when a waiter that its ``nodes`` would let start cannot wait ``remaining_h`` and has
-        more node-hours to run than ``job`` has left plus a restart.  Once told, ``job`` counts as
-        yielding (:meth:`yield_pending`) until it gives the nodes back."""
+        It should when a waiter that its ``nodes`` would let start cannot wait ``remaining_h`` and its
+        hours would cost more elsewhere than ``job``'s remaining hours plus a restart (in node-hours when
+        either price is unknown).  Once told, ``job`` counts as yielding (:meth:`yield_pending`) until it
+        gives the nodes back."""
         key = key_of(pool)
         with self._lock:
             now = self._hours()
@@ -158,8 +167,12 @@ class HeldAllotment:
             for w in self._waiting:
                 if w.key != key or w.job == job:
                     continue
+                if usd_per_hour is not None and w.usd_per_hour is not None:
+                    mine, theirs = usd_per_hour, w.usd_per_hour
+                else:
+                    mine, theirs = float(nodes), float(w.nodes)
                 if (free + nodes >= w.nodes and w.latest_h < now + remaining_h
-                        and (remaining_h + restart_h) * nodes < w.hours * w.nodes):
+                        and (remaining_h + restart_h) * mine < w.hours * theirs):
                     self._yielding.setdefault(key, set()).add(job)
                     return w.job
                 free -= w.nodes  # the first in line gets the nodes first

@@ -1,7 +1,7 @@
 """The held nodes a run's launch takes from its queue's allotment (:mod:`runtime.control.held`):
 taken before the launch provisions them (waiting for another job's release while the deadline
 allows), given back when its nodes are released, and given up early when the queue's window closes
-or a job of the queue that waits for them has more work left."""
+or moving a job of the queue that waits for them would cost more than moving this one."""
 
 from __future__ import annotations
 
@@ -17,10 +17,15 @@ from runtime.control.held import HeldAllotment
 
 
 class HeldLease:
-    """What one run holds of its queue's held nodes (nothing, outside a queue: ``allotment`` None)."""
+    """What one run holds of its queue's held nodes (nothing, outside a queue: ``allotment`` None).
+
+    ``usd_per_hour(pool, nodes)`` is what an hour of the work of ``nodes`` nodes of ``pool`` would cost
+    this job elsewhere (None: unknown): of two jobs that want the same nodes, the one for which moving
+    costs less moves (:meth:`HeldAllotment.must_yield`)."""
 
     def __init__(self, allotment: HeldAllotment | None, job: JobSpec, *, clock: Clock, events: EventLog,
-                 poll_s: float, deadline_at: float | None):
+                 poll_s: float, deadline_at: float | None,
+                 usd_per_hour: Callable[[Pool, int], float | None] = lambda pool, nodes: None):
         self.allotment = allotment
         self.job = job
         self.clock = clock
@@ -28,6 +33,16 @@ class HeldLease:
         self.poll_s = poll_s
         self.deadline_at = deadline_at
         self.taken: tuple[Pool, int] | None = None
+        self._usd_per_hour = usd_per_hour
+        self._prices: dict[tuple[str, int], float | None] = {}
+
+    def usd_per_hour(self, pool: Pool, nodes: int) -> float | None:
+        """What an hour of this launch's work on ``nodes`` nodes of ``pool`` would cost elsewhere (asked at
+        every poll while another job waits: remembered)."""
+        key = (pool.id, nodes)
+        if key not in self._prices:
+            self._prices[key] = self._usd_per_hour(pool, nodes)
+        return self._prices[key]
 
     def take(self, pool: Pool, count: int, *, launch_id: str, hours: float) -> bool:
         """Take ``count`` of the queue's held nodes of ``pool``, waiting for another job to release them
@@ -44,7 +59,8 @@ class HeldLease:
                     return False
                 now = self.clock.now()
                 slack_h = math.inf if self.deadline_at is None else (self.deadline_at - now) / 3600 - hours
-                allotment.wait(name, pool, count, slack_h=slack_h, hours=hours)
+                allotment.wait(name, pool, count, slack_h=slack_h, hours=hours,
+                               usd_per_hour=self.usd_per_hour(pool, count))
                 if since is None:
                     self.events.emit("held_wait", launch=launch_id, pool=pool.label(count),
                                      free=allotment.free(pool))
@@ -80,7 +96,8 @@ class HeldLease:
         if fc is None:
             return None
         waiter = self.allotment.must_yield(self.job.name, pool, nodes, remaining_h=fc.remaining_hours,
-                                           restart_h=self.job.overheads.restart_minutes / 60)
+                                           restart_h=self.job.overheads.restart_minutes / 60,
+                                           usd_per_hour=self.usd_per_hour(pool, nodes))
         if waiter is None:
             return None
         return (f"job {waiter!r} of the queue waits for the held nodes and cannot wait the "

@@ -52,6 +52,7 @@ __all__ = [
     "ReplanResult",
     "config_rate",
     "decide",
+    "elsewhere_usd_per_hour",
     "first_plan",
     "measured_speeds",
     "pool_interruption_rate",
@@ -261,6 +262,19 @@ def relative_prices(job: JobSpec, catalog: Catalog, cooling: frozenset[str]) -> 
         if o.on_demand and "on_demand" in job.purchase.allow:
             on_demand = min(on_demand, o.on_demand / (speed * o.gpus_per_node))
     return spot, on_demand
+
+
+def elsewhere_usd_per_hour(job: JobSpec, catalog: Catalog, pool: Pool, nodes: int) -> float | None:
+    """What an hour of the work of ``nodes`` nodes of ``pool`` costs the job on the cheapest paid capacity
+    it may use instead: on-demand, or spot for a job that allows no on-demand (table speeds per GPU, as
+    :func:`relative_prices` compares them). None when the job has no speed for ``pool``'s GPU or nothing
+    else to run on."""
+    speed = work_model(job).speed(pool.gpu)
+    spot, on_demand = relative_prices(job, catalog, frozenset())
+    per_speed = on_demand if math.isfinite(on_demand) else min(spot.values(), default=math.inf)
+    if not speed or not math.isfinite(per_speed):
+        return None
+    return per_speed * speed * pool.gpus_per_node * nodes
 
 
 CLUSTER_TARGET = "cluster"

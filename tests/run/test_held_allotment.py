@@ -12,6 +12,7 @@ from planner.quote import make_quote
 from pricing.catalog import Catalog, Offering
 from pricing.pool import HELD, Pool
 from runtime.control.held import HeldAllotment, Window
+from runtime.control.replan import elsewhere_usd_per_hour
 
 NOW = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.UTC)  # the run's clock; the queue's is in `hours`
 KEY = ("aws", "us-east-1", "p4d.24xlarge")
@@ -91,6 +92,45 @@ def test_the_holder_with_less_work_left_moves_off_for_a_waiter_that_cannot_wait(
     allotment.give_back(pool, 1, "a")
     assert not allotment.yield_pending(pool)
     assert allotment.try_take(pool, 1, "b")
+
+
+def test_the_job_whose_move_costs_less_moves_off_whatever_the_node_hours():
+    # a has 2 h left on the node, b 5 h: by node-hours a moves. But a can only run on GPUs that cost
+    # $20 an hour of this node's work, b on ones that cost $2: b moving costs $10, a moving $42.
+    pool = Pool.held(OFFERING, hours_left=10.0)
+
+    def a_holds_and_b_waits(b_usd_per_hour: float | None) -> HeldAllotment:
+        allotment = HeldAllotment([Window(KEY, 1, 0.0)], hours=lambda: 1.0)
+        assert allotment.try_take(pool, 1, "a")
+        allotment.wait("b", pool, 1, slack_h=0.5, hours=5.0, usd_per_hour=b_usd_per_hour)
+        return allotment
+
+    assert a_holds_and_b_waits(2.0).must_yield("a", pool, 1, remaining_h=2.0, restart_h=0.1, usd_per_hour=20.0) is None
+    assert a_holds_and_b_waits(2.0).must_yield("a", pool, 1, remaining_h=2.0, restart_h=0.1, usd_per_hour=4.0) == "b"
+    # Without either price, node-hours decide: a has the fewer.
+    assert a_holds_and_b_waits(2.0).must_yield("a", pool, 1, remaining_h=2.0, restart_h=0.1) == "b"
+    assert a_holds_and_b_waits(None).must_yield("a", pool, 1, remaining_h=2.0, restart_h=0.1, usd_per_hour=20.0) == "b"
+    assert a_holds_and_b_waits(None).must_yield("a", pool, 1, remaining_h=6.0, restart_h=0.1, usd_per_hour=0.1) is None
+
+
+def test_moving_costs_what_the_cheapest_capacity_the_job_may_use_would():
+    l40s = Offering("aws", "us-east-1", None, "g6e.xlarge", "L40S", 1, 48, 4, 32, 1.861, spot=0.7)
+    t4 = Offering("aws", "us-east-1", None, "g4dn.xlarge", "T4", 1, 16, 4, 16, 0.526, spot=0.16)
+    catalog = Catalog.of([OFFERING, l40s, t4])
+    pool = Pool.held(OFFERING, hours_left=10.0)
+    big = parse_job({**job().model_dump(mode="json", exclude_none=True),
+                     "workload": {"model": "gpt-7b", "tokens": 2e10, "throughput": {"T4": 1000.0}}})
+    # The T4 is the cheapest per token but has 16 GB of the 40 gpt-7b needs: the L40S is what a's
+    # 16 A100s' hour costs elsewhere, by each GPU's speed in the table.
+    a100, l40s_speed = 3679.0, 3230.8
+    assert elsewhere_usd_per_hour(big, catalog, pool, 2) == pytest.approx(1.861 / l40s_speed * a100 * 8 * 2, rel=1e-3)
+    small = parse_job({**job().model_dump(mode="json", exclude_none=True),
+                       "workload": {"model": "gpt-7b", "tokens": 2e10, "min_gpu_memory_gb": 16,
+                                    "throughput": {"T4": 1000.0}}})
+    assert elsewhere_usd_per_hour(small, catalog, pool, 2) == pytest.approx(0.526 / 1000.0 * a100 * 8 * 2, rel=1e-3)
+    spot_only = parse_job({**job().model_dump(mode="json", exclude_none=True), "purchase": {"allow": ["spot"]}})
+    assert elsewhere_usd_per_hour(spot_only, catalog, pool, 1) == pytest.approx(0.7 / l40s_speed * a100 * 8, rel=1e-3)
+    assert elsewhere_usd_per_hour(job(), Catalog.of([t4]), pool, 1) is None  # nothing with 40 GB to move to
 
 
 def test_a_holder_does_not_move_off_for_a_waiter_its_nodes_would_not_let_start():

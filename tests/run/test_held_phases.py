@@ -153,23 +153,30 @@ def queue_run(tmp_path: Path, on_sleep, **job) -> tuple[HeldAllotment, object]:
     return allotment, run
 
 
-@pytest.mark.parametrize("waiter_hours, moves", [(1.0, True), (0.01, False)])
+@pytest.mark.parametrize("waiter_hours, price_ratio, moves", [
+    (1.0, None, True), (0.01, None, False), (1.0, 0.01, False), (0.01, 100.0, True)])
 def test_a_queue_launch_moves_off_the_held_node_for_a_job_that_cannot_wait_for_it(
-        tmp_path: Path, waiter_hours: float, moves: bool) -> None:
+        tmp_path: Path, waiter_hours: float, price_ratio: float | None, moves: bool) -> None:
     """Job b of the queue waits for the node this run trains on, and its deadline leaves it no time
-    to wait for this run to finish: the run with less work left moves off at a checkpoint."""
+    to wait for this run to finish: the run whose move would cost less moves off at a checkpoint. With
+    b's price (``price_ratio`` times this run's for an hour of the node's work elsewhere) that decides;
+    without it, node-hours do."""
     arrived = []
 
     def b_arrives(run) -> None:
         launches = run.controller.state.launches
         if not arrived and launches and launches[0].training_at is not None:
-            allotment.wait("b", launches[0].pool, 1, slack_h=0.0, hours=waiter_hours)
+            pool = launches[0].pool
+            mine = run.controller.held_lease.usd_per_hour(pool, 1)
+            assert mine is not None and mine > 0  # the cheapest on-demand the job may use, for this node's work
+            allotment.wait("b", pool, 1, slack_h=0.0, hours=waiter_hours,
+                           usd_per_hour=None if price_ratio is None else price_ratio * mine)
             arrived.append(run.clock.now())
     allotment, run = queue_run(tmp_path, b_arrives)
     summary = run.run()
     assert summary["status"] == "completed" and summary["steps"] == 300 and arrived
     held_pool = run.controller.state.launches[0].pool
-    if not moves:  # b's 0.01 h is less than this run's remainder: it keeps the node to the end
+    if not moves:  # b's move costs less than this run's remainder would elsewhere: it keeps the node
         assert [(launch["purchase"], launch["outcome"]) for launch in summary["launches"]] == [
             ("reserved_held", "completed")]
         assert not allotment.yield_pending(held_pool)
