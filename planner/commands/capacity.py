@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from planner.errors import PlannerError
 
@@ -40,7 +41,9 @@ knows the future), all on-demand, the deterministic online rule of Wang, Li and 
 2013; at most 2 - alpha times the optimum, alpha = 0 for cloud terms, which are billed whole)
 and danlu's history rule (reserve a level when its use over the last --lookback periods is
 above break-even). The trace's window is repeated to --horizon-periods, --rotations times
-from different offsets; the figures are the mean and the worst over those runs."""
+from different offsets; the figures are the mean and the worst over those runs. A window that
+starts or ends with quiet periods (a trace's ramp-in or cut-off, which repeating would turn into
+demand) gets a note with the window that leaves them out."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -199,6 +202,7 @@ def handle_replay(args: argparse.Namespace, console: Console) -> int:
     lookback = args.lookback or max(1, round(28 * 24 / P))
     runs = rotations(series, horizon, args.rotations, args.growth_per_period)
     summary = replay_all(runs, args.period, option, offers.on_demand, args.term_past_horizon, lookback=lookback)
+    notes = _edge_notes(series, args, P, horizon)
     out = {
         "trace": args.trace, "gpu": gpu, "period": args.period, "window_periods": len(series),
         "horizon_periods": horizon, "rotations": args.rotations, "term": args.term, "term_periods": term_periods,
@@ -213,6 +217,7 @@ def handle_replay(args: argparse.Namespace, console: Console) -> int:
                   "baseline_usd": r.baseline_usd, "ours_usd": r.ours_usd,
                   "reservations": {"hindsight": r.hindsight_reservations, "baseline": r.baseline_reservations,
                                    "ours": r.ours_reservations}} for r in summary.runs],
+        "notes": notes,
     }
     if args.json:
         print(json.dumps(out, indent=2))
@@ -230,4 +235,36 @@ def handle_replay(args: argparse.Namespace, console: Console) -> int:
     console.print(fitted_table([Column("strategy"), Column("mean cost", "right"), Column("x optimum", "right"),
                                 Column("worst", "right")], rows, width=console.width))
     console.print(f"bound of the online rule: {summary.bound:g} x optimum (alpha = 0)")
+    for note in notes:
+        console.print(escape(f"note: {note}"), soft_wrap=True)
     return 0
+
+
+def _edge_notes(series: list[float], args: argparse.Namespace, period_hours: float, horizon: int) -> list[str]:
+    """A note when the window starts or ends with quiet periods (:func:`planner.capacity.replay.quiet_edges`),
+    with the window that leaves them out."""
+    import numpy as np
+
+    from planner.capacity.replay import quiet_edges
+
+    lead, tail = quiet_edges(series)
+    if not lead and not tail:
+        return []
+
+    def periods(n: int) -> str:
+        return f"{n} {args.period}" + ("s" if n != 1 else "")
+
+    median = float(np.median(series))
+    parts = []
+    if lead:
+        parts.append(f"the first {periods(lead)} average {np.mean(series[:lead]) / median:.0%} of the median "
+                     f"{args.period} (a ramp-in: jobs that started before the trace are missing?)")
+    if tail:
+        parts.append(f"the last {periods(tail)} {np.mean(series[-tail:]) / median:.0%} (a cut-off: jobs "
+                     "still running at its end are missing?)")
+    length = period_hours * 3600.0
+    start = args.window_start_s + lead * length
+    end = args.window_start_s + (len(series) - tail) * length
+    return [f"{args.trace}: {'; '.join(parts)}. Repeated to {periods(horizon)} they count as demand. To "
+            f"replay the {periods(len(series) - lead - tail)} between: --window-start-s {start:.0f} "
+            f"--window-end-s {end:.0f}"]
