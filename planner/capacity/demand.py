@@ -211,8 +211,53 @@ def load_demand(path: str | Path) -> tuple[CapacitySpec, Demand]:
             if len(series) < spec.horizon_periods:
                 notes.append(f"{gpu}: the trace window holds {len(series)} {spec.period}s, repeated to fill "
                              f"{spec.horizon_periods}")
+            edges = quiet_edges_note(series, spec.period, trace.window_start_s)
+            if edges is not None:
+                said, start, end = edges
+                notes.append(f"{gpu}: {said}. They are planned for as demand; to leave them out, set "
+                             f"trace.window_start_s = {start:.0f} and trace.window_end_s = {end:.0f}")
             classes.append(ClassDemand(gpu, gpu, hours, trace.preemptible_share))
     return spec, Demand(spec.name, spec.period, spec.horizon_periods, tuple(classes), tuple(notes))
+
+
+def quiet_edges(series: list[float], share: float = 0.5, least: float = 0.05) -> tuple[int, int]:
+    """How many periods at the start and at the end of ``series`` stay below ``share`` of its median period
+    (each counted only when at least ``least`` of the periods, and one): the signature of a job trace's
+    ramp-in (jobs that started before it are missing) and cut-off (jobs still running at its end are
+    missing, as in the Philly file). Repeated to terms, such edges become a sawtooth of demand that
+    was never there."""
+    values = np.asarray(series, dtype=float)
+    if values.size == 0:
+        return 0, 0
+    busy = np.flatnonzero(values >= share * float(np.median(values)))
+    if busy.size == 0:
+        return 0, 0
+    lead, tail = int(busy[0]), int(values.size - 1 - busy[-1])
+    enough = max(1, round(least * values.size))
+    return (lead if lead >= enough else 0), (tail if tail >= enough else 0)
+
+
+def quiet_edges_note(series: list[float], period: str, window_start_s: float) -> tuple[str, float, float] | None:
+    """What :func:`quiet_edges` found in ``series`` (periods of ``period`` from ``window_start_s``), said in
+    words, and the window (start, end seconds) that leaves it out; None when the edges are busy."""
+    lead, tail = quiet_edges(series)
+    if not lead and not tail:
+        return None
+    median = float(np.median(series))
+    parts = []
+    if lead:
+        parts.append(f"the first {periods(lead, period)} average {np.mean(series[:lead]) / median:.0%} of the "
+                     f"median {period} (a ramp-in: jobs that started before the trace are missing?)")
+    if tail:
+        parts.append(f"the last {periods(tail, period)} {np.mean(series[-tail:]) / median:.0%} (a cut-off: jobs "
+                     "still running at its end are missing?)")
+    length = PERIOD_HOURS[period] * 3600.0
+    return "; ".join(parts), window_start_s + lead * length, window_start_s + (len(series) - tail) * length
+
+
+def periods(count: int, period: str) -> str:
+    """``3 weeks``, ``1 week``."""
+    return f"{count} {period}" + ("s" if count != 1 else "")
 
 
 def extend(series: list[float], horizon: int, growth: float) -> tuple[float, ...]:

@@ -145,23 +145,6 @@ def replay_series(gpu_hours: np.ndarray, period: str, option: ReservedOption, on
         ours_reservations=sum(ours), hindsight_reservations=sum(r.count for r in hindsight.reservations))
 
 
-def quiet_edges(series: list[float], share: float = 0.5, least: float = 0.05) -> tuple[int, int]:
-    """How many periods at the start and at the end of ``series`` stay below ``share`` of its median period
-    (each counted only when at least ``least`` of the periods, and one): the signature of a job trace's
-    ramp-in (jobs that started before it are missing) and cut-off (jobs still running at its end are
-    missing, as in the Philly file). Repeated to terms, such edges become a sawtooth of demand that
-    was never there."""
-    values = np.asarray(series, dtype=float)
-    if values.size == 0:
-        return 0, 0
-    busy = np.flatnonzero(values >= share * float(np.median(values)))
-    if busy.size == 0:
-        return 0, 0
-    lead, tail = int(busy[0]), int(values.size - 1 - busy[-1])
-    enough = max(1, round(least * values.size))
-    return (lead if lead >= enough else 0), (tail if tail >= enough else 0)
-
-
 def rotations(series: list[float], horizon: int, count: int, growth: float = 0.0) -> list[np.ndarray]:
     """``count`` extensions of ``series`` to ``horizon`` periods, each starting the repetition at a
     different offset (evenly spaced through the series), with compound growth."""

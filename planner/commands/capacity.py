@@ -202,7 +202,7 @@ def handle_replay(args: argparse.Namespace, console: Console) -> int:
     lookback = args.lookback or max(1, round(28 * 24 / P))
     runs = rotations(series, horizon, args.rotations, args.growth_per_period)
     summary = replay_all(runs, args.period, option, offers.on_demand, args.term_past_horizon, lookback=lookback)
-    notes = _edge_notes(series, args, P, horizon)
+    notes = _edge_notes(series, args, horizon)
     out = {
         "trace": args.trace, "gpu": gpu, "period": args.period, "window_periods": len(series),
         "horizon_periods": horizon, "rotations": args.rotations, "term": args.term, "term_periods": term_periods,
@@ -240,31 +240,14 @@ def handle_replay(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _edge_notes(series: list[float], args: argparse.Namespace, period_hours: float, horizon: int) -> list[str]:
-    """A note when the window starts or ends with quiet periods (:func:`planner.capacity.replay.quiet_edges`),
-    with the window that leaves them out."""
-    import numpy as np
+def _edge_notes(series: list[float], args: argparse.Namespace, horizon: int) -> list[str]:
+    """A note when the window starts or ends with quiet periods, with the window that leaves them out."""
+    from planner.capacity.demand import PERIOD_HOURS, periods, quiet_edges_note
 
-    from planner.capacity.replay import quiet_edges
-
-    lead, tail = quiet_edges(series)
-    if not lead and not tail:
+    edges = quiet_edges_note(series, args.period, args.window_start_s)
+    if edges is None:
         return []
-
-    def periods(n: int) -> str:
-        return f"{n} {args.period}" + ("s" if n != 1 else "")
-
-    median = float(np.median(series))
-    parts = []
-    if lead:
-        parts.append(f"the first {periods(lead)} average {np.mean(series[:lead]) / median:.0%} of the median "
-                     f"{args.period} (a ramp-in: jobs that started before the trace are missing?)")
-    if tail:
-        parts.append(f"the last {periods(tail)} {np.mean(series[-tail:]) / median:.0%} (a cut-off: jobs "
-                     "still running at its end are missing?)")
-    length = period_hours * 3600.0
-    start = args.window_start_s + lead * length
-    end = args.window_start_s + (len(series) - tail) * length
-    return [f"{args.trace}: {'; '.join(parts)}. Repeated to {periods(horizon)} they count as demand. To "
-            f"replay the {periods(len(series) - lead - tail)} between: --window-start-s {start:.0f} "
-            f"--window-end-s {end:.0f}"]
+    said, start, end = edges
+    inside = round((end - start) / (PERIOD_HOURS[args.period] * 3600.0))
+    return [f"{args.trace}: {said}. Repeated to {periods(horizon, args.period)} they count as demand. To replay "
+            f"the {periods(inside, args.period)} between: --window-start-s {start:.0f} --window-end-s {end:.0f}"]

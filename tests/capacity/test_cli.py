@@ -92,3 +92,23 @@ def test_example_runs(capsys) -> None:
     assert code == 0
     data = json.loads(out)
     assert data["tco_usd"] < data["baselines"]["all_on_demand_usd"]
+
+
+def test_a_trace_demand_that_ramps_in_is_planned_with_a_note_naming_the_window_without_it(tmp_path, capsys) -> None:
+    # 20 one-day A100 jobs a day from day 14 to day 83; before that, one a day: two quiet weeks.
+    rows = ["submit_time_s,duration_s,num_gpus,gpu_type"]
+    for day in range(84):
+        rows += [f"{day * 86400},86400,1,A100"] * (20 if day >= 14 else 1)
+    (tmp_path / "jobs.csv").write_text("\n".join(rows) + "\n")
+    spec = tmp_path / "d.toml"
+    spec.write_text('name = "t"\nperiod = "week"\nhorizon_periods = 24\n[trace]\nfile = "jobs.csv"\n')
+    code, out, _ = run(capsys, "capacity", str(spec), "--json", "--no-robust")
+    assert code == 0
+    notes = json.loads(out)["notes"]
+    assert "A100: the trace window holds 12 weeks, repeated to fill 24" in notes
+    (edge,) = [n for n in notes if "ramp-in" in n]
+    assert edge.startswith("A100: the first 2 weeks average 5% of the median week")
+    assert edge.endswith("set trace.window_start_s = 1209600 and trace.window_end_s = 7257600")
+    spec.write_text(spec.read_text() + "window_start_s = 1209600\nwindow_end_s = 7257600\n")
+    code, out, _ = run(capsys, "capacity", str(spec), "--json", "--no-robust")
+    assert code == 0 and not [n for n in json.loads(out)["notes"] if "ramp-in" in n]

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from planner.capacity.offers import ElasticPrice, ReservedOption
-from planner.capacity.replay import quiet_edges, replay_series, wang_li_liang
+from planner.capacity.demand import quiet_edges
+from planner.capacity.replay import replay_series, wang_li_liang
 from planner.cli import main
 
 OPTION = ReservedOption("aws", "us-east-1", "p.1x", "V100", 1, "reserved_1y", 2.0)
