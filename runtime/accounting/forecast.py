@@ -172,6 +172,7 @@ def cap_decision(
     heartbeat_gap_hours: float,
     stop_hours: float | None = None,
     release_hours: float | None = None,
+    save_write_hours: float = 0.0,
 ) -> CapDecision:
     """Say whether the run must checkpoint and stop now to stay under ``budget_usd``.
 
@@ -180,20 +181,24 @@ def cap_decision(
     from the stop request to a committed checkpoint (``stop_hours``) and the time the
     release takes (``release_hours``).  Pass the longest of each measured so far in this
     run; one not yet measured (``None``) costs ``bound_hours``, the most the controller lets
-    it take before it kills the workers.  The run must stop when waiting longer would leave
-    too little budget for all three, so the stop happens *before* the budget is reached.
+    it take before it kills the workers.  A stop asked while a checkpoint is being written
+    waits for that write before its own, so a measured stop is taken to last up to
+    ``save_write_hours`` (the longest write the workers reported) longer, never past the bound.
+    The run must stop when waiting longer would leave too little budget for all three, so the
+    stop happens *before* the budget is reached.
 
     Raises:
         ValueError: a figure is negative or not finite, or ``budget_usd`` is not positive.
     """
     _require_non_negative(spent_usd=spent_usd, burn_usd_per_hour=burn_usd_per_hour, bound_hours=bound_hours,
-                          heartbeat_gap_hours=heartbeat_gap_hours, budget_usd=budget_usd)
+                          heartbeat_gap_hours=heartbeat_gap_hours, budget_usd=budget_usd,
+                          save_write_hours=save_write_hours)
     _require_non_negative(**{name: value for name, value in (("stop_hours", stop_hours),
                                                               ("release_hours", release_hours)) if value is not None})
     if budget_usd <= 0:
         raise ValueError(f"budget_usd={budget_usd!r} must be positive for a hard cap")
     measured = stop_hours is not None and release_hours is not None
-    stop = bound_hours if stop_hours is None else stop_hours
+    stop = bound_hours if stop_hours is None else max(stop_hours, min(stop_hours + save_write_hours, bound_hours))
     release = bound_hours if release_hours is None else release_hours
     reserve = burn_usd_per_hour * (heartbeat_gap_hours + stop + release)
     headroom = budget_usd - spent_usd - reserve
@@ -204,7 +209,8 @@ def cap_decision(
     if spent_usd >= budget_usd:
         reason = f"spent ${spent_usd:,.2f} has reached the budget ${budget_usd:,.2f}"
     elif stop_now:
-        reason = (f"spent ${spent_usd:,.2f} + ${reserve:,.2f} for the next heartbeat, the stop and the release "
+        stop_words = "the stop (after a save in flight)" if stop > (stop_hours or 0.0) and measured else "the stop"
+        reason = (f"spent ${spent_usd:,.2f} + ${reserve:,.2f} for the next heartbeat, {stop_words} and the release "
                   f"({(heartbeat_gap_hours + stop + release) * 60:.1f} min at ${burn_usd_per_hour:,.2f}/h, "
                   f"{basis}) would exceed the budget ${budget_usd:,.2f}")
     elif until is None:

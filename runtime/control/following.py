@@ -4,6 +4,7 @@ the release of its nodes."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from pricing.pool import CLUSTER
@@ -117,12 +118,17 @@ def _heartbeat(controller: Controller, record: LaunchRecord, nodes: list[Node]) 
         return None
     snap = ledger.snapshot(now=now)
     timings, scale = controller.stop_timings, controller.state.time_scale
+    status = controller.workers.status(record.launch_id)
+    save_write_s = status.save_write_s if status is not None else None
+    if not isinstance(save_write_s, (int, float)) or not math.isfinite(save_write_s) or save_write_s < 0:
+        save_write_s = 0.0  # none reported yet (or not a duration): a measured stop stands as measured
     cap = forecast.cap_decision(
         spent_usd=snap.total_usd, burn_usd_per_hour=snap.burn_usd_per_hour, budget_usd=budget,
         # Past the shutdown timeout the provider kills the workers, and so does the cap (release_now).
         bound_hours=controller.tuning.shutdown_timeout_s * scale / 3600,
         heartbeat_gap_hours=max(timings.heartbeat_gap_hours, HEARTBEAT_S * scale / 3600),
         stop_hours=timings.stop_hours, release_hours=timings.release_hours,
+        save_write_hours=save_write_s * scale / 3600,
     )
     if cap.stop_now:
         controller.events.emit("budget_cap", reason=cap.reason, spent_usd=round(snap.total_usd, 4),

@@ -21,7 +21,8 @@ Fault knobs (:class:`FakeScript`), each keyed by launch id (``l-1``, ``l-2``, ..
 * ``stalls``: the workers of a launch stop advancing this many seconds into training (a hung
   collective) and stay alive, silent, until they are stopped or their node goes;
 * ``heartbeat_s``: report "running" with the step every so many seconds while training, as
-  the training session does (``contract.STATUS_HEARTBEAT_S``); None: only once, at the start.
+  the training session does (``contract.STATUS_HEARTBEAT_S``); None: only once, at the start;
+* ``save_write_s``: the longest checkpoint write the workers report in their status (None: none).
 
 The run's chaos plan (``--chaos``) is carried out as by the local provider: one reclaim
 per training spot launch, announced by the cloud's lead time.
@@ -91,6 +92,7 @@ class FakeScript:
     reclaim_at_final: frozenset[str] = frozenset()
     stalls: Mapping[str, float] = field(default_factory=dict)
     heartbeat_s: float | None = None
+    save_write_s: float | None = None
 
 
 @dataclass
@@ -364,6 +366,6 @@ class FakeProvider(Provider):
             state=kind, step=state.step if step is None else step, attempt=state.launch_id,  # type: ignore[arg-type]
             checkpoint=store.url(state.committed) if state.committed else None, reason=reason,
             world_size=len(state.nodes) * state.spec.nproc_per_node, request_id=request_id, updated_at=at,
-            heartbeat_s=self.script.heartbeat_s,
+            heartbeat_s=self.script.heartbeat_s, save_write_s=self.script.save_write_s,
         ))
 

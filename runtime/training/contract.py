@@ -58,7 +58,7 @@ import os
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Literal
 
@@ -214,6 +214,12 @@ class RunStatus:
     problems: tuple[str, ...] = ()
     updated_at: float = field(default_factory=time.time)
     heartbeat_s: float | None = None  # while "running": the writer reports again within this (real s)
+    # The longest background write of a checkpoint so far in the launch (real s): a stop that comes while
+    # one is in flight first waits for it, which the budget cap must leave time for.
+    save_write_s: float | None = None
+
+
+_STATUS_FIELDS = frozenset(f.name for f in fields(RunStatus))
 
 
 def write_status(run_dir: str | os.PathLike[str], status: RunStatus) -> None:
@@ -237,7 +243,8 @@ def read_status(run_dir: str | os.PathLike[str]) -> RunStatus | None:
     try:
         data = json.loads(raw)
         data["problems"] = tuple(data.get("problems", ()))
-        status = RunStatus(**data)
+        # A node running a later danlu may report more: what this one does not know it leaves out.
+        status = RunStatus(**{k: v for k, v in data.items() if k in _STATUS_FIELDS})
     except (ValueError, TypeError, AttributeError) as exc:
         raise ContractError(
             f"{path}: not a valid status file ({exc}). To fix: delete it; the next launch "

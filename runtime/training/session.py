@@ -188,6 +188,7 @@ class Session:
         self._last_save_time = time.monotonic()
         self._saved_this_launch = False
         self._save_error: str | None = None
+        self._save_write_s: float | None = None  # the longest write of this launch's saves, for status.json
         self._status_checkpoint: str | None = None
         if ctx.rank == 0:
             self._write_status("running", reason=None)
@@ -431,6 +432,8 @@ class Session:
         for report in fresh:
             if not report.ok and report.storage and self._save_error is None:
                 self._save_error = report.error or "unknown error"
+            if report.ok:
+                self._save_write_s = max(self._save_write_s or 0.0, report.write_s)
             if report.ok and self._estimator is not None:
                 self._estimator.observe(stall_s=report.stall_s, write_s=report.write_s)
                 log.debug("checkpoint interval now %.1fs", self._estimator.interval_s)
@@ -559,6 +562,7 @@ class Session:
                 request_id=request_id,
                 problems=self.resume_problems,
                 heartbeat_s=contract.STATUS_HEARTBEAT_S,
+                save_write_s=self._save_write_s,
             ),
         )
 

@@ -80,6 +80,24 @@ def test_before_anything_is_measured_the_cap_reserves_the_enforced_bound():
     assert slow.stop_now and slow.reserve_usd == pytest.approx(26.0)
 
 
+def test_a_stop_may_first_wait_for_a_save_in_flight_up_to_the_bound():
+    # The stop measured 15 min, but a 6 min write may be in flight when the cap asks: $6 more reserve.
+    d = cap_decision(spent_usd=4972.0, burn_usd_per_hour=60.0, budget_usd=5000.0, save_write_hours=0.1, **MEASURED)
+    assert d.stop_hours == pytest.approx(0.35) and d.reserve_usd == pytest.approx(27.0)
+    assert not d.stop_now and cap_decision(spent_usd=4973.0, burn_usd_per_hour=60.0, budget_usd=5000.0,
+                                           **MEASURED).stop_now is False  # without the write: $21
+    stop = cap_decision(spent_usd=4973.5, burn_usd_per_hour=60.0, budget_usd=5000.0, save_write_hours=0.1,
+                        **MEASURED)
+    assert stop.stop_now and "the stop (after a save in flight)" in stop.reason
+    # Never past the bound the controller enforces (it kills the workers there) ...
+    capped = cap_decision(spent_usd=0.0, burn_usd_per_hour=60.0, budget_usd=5000.0, save_write_hours=5.0, **MEASURED)
+    assert capped.stop_hours == MEASURED["bound_hours"]
+    # ... and unmeasured, the bound already covers it.
+    bound = cap_decision(spent_usd=0.0, burn_usd_per_hour=60.0, budget_usd=5000.0, bound_hours=1 / 6,
+                         heartbeat_gap_hours=1 / 60, save_write_hours=0.1)
+    assert bound.stop_hours == 1 / 6
+
+
 def test_a_stop_that_has_not_checkpointed_in_time_must_release_now():
     # Once one more gap and the release would pass the budget, waiting for the checkpoint breaks the cap.
     args = {"burn_usd_per_hour": 60.0, "budget_usd": 5000.0, **MEASURED}
@@ -102,7 +120,8 @@ def test_cap_reasons_name_the_figures():
     assert "measured" in d.reason
 
 
-@pytest.mark.parametrize("bad", [{"budget_usd": 0.0}, {"stop_hours": -1.0}, {"heartbeat_gap_hours": float("nan")}])
+@pytest.mark.parametrize("bad", [{"budget_usd": 0.0}, {"stop_hours": -1.0}, {"heartbeat_gap_hours": float("nan")},
+                                 {"save_write_hours": -0.1}])
 def test_cap_rejects_bad_figures(bad):
     args = {"spent_usd": 0.0, "burn_usd_per_hour": 1.0, "budget_usd": 1.0, "bound_hours": 0.1,
             "heartbeat_gap_hours": 0.01} | bad

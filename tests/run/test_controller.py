@@ -206,6 +206,30 @@ def test_the_budget_cap_stops_after_a_checkpoint_and_a_raised_budget_finishes(tm
 
 
 
+def test_the_budget_cap_leaves_time_for_a_save_the_workers_may_be_writing(tmp_path: Path) -> None:
+    # With a stop and a release measured (1 s each), $0.02 runs out. Workers that report writes of their
+    # checkpoints are stopped earlier -- a stop asked mid-write waits for it before its own save -- but
+    # never by more than the 2 s shutdown timeout, where the controller kills them.
+    caps = {}
+    for write_s in (None, 0.5, 30.0):
+        (tmp_path / f"write-{write_s}").mkdir()
+        run = start_run(tmp_path / f"write-{write_s}", script(steps_per_s=SPEED * SCALE / 3, save_write_s=write_s),
+                        budget_usd=0.02)
+        run.controller.stop_timings.saw_stop(1.0 * SCALE / 3600)
+        run.controller.stop_timings.saw_release(1.0 * SCALE / 3600)
+        summary = run.run()
+        assert summary["status"] == "budget_cap" and summary["cost_usd"] <= 0.02
+        (caps[write_s],) = run.events("budget_cap")
+        assert caps[write_s]["measured"]
+    assert "after a save in flight" in caps[0.5]["reason"] and "after a save" not in caps[None]["reason"]
+    # The reserve grows by the write (up to the bound) at the burn rate, $0.16/h at 60x; the cap fires earlier.
+    extra = {w: caps[w]["reserve_usd"] - caps[None]["reserve_usd"] for w in (0.5, 30.0)}
+    assert extra[0.5] == pytest.approx(0.16 * 0.5 * SCALE / 3600, abs=2e-4)
+    assert extra[30.0] == pytest.approx(0.16 * (2.0 - 1.0) * SCALE / 3600, abs=2e-4)
+    assert caps[30.0]["spent_usd"] <= caps[0.5]["spent_usd"] <= caps[None]["spent_usd"]
+    assert caps[30.0]["spent_usd"] < caps[None]["spent_usd"]
+
+
 def test_a_stop_is_timed_on_the_runs_clock_not_the_file_systems(tmp_path: Path) -> None:
     # The run's clock (here a manual one, a year past the file system's) times the stop that the
     # budget reserve is sized from; a control file's mtime would make that stop a year long.

@@ -67,6 +67,15 @@ def test_status_is_written_atomically_and_read_back(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["status.json"]  # no temp files left
 
 
+def test_a_status_from_a_later_danlu_is_read_for_what_this_one_knows(tmp_path: Path) -> None:
+    status = RunStatus(state="running", step=3, attempt="l-1", save_write_s=2.5)
+    contract.write_status(tmp_path, status)
+    data = json.loads((tmp_path / "status.json").read_text())
+    assert data["save_write_s"] == 2.5
+    (tmp_path / "status.json").write_text(json.dumps(data | {"gpu_temperature_c": 71}))
+    assert contract.read_status(tmp_path) == status
+
+
 def test_missing_status_is_none_and_garbage_is_an_error(tmp_path: Path) -> None:
     assert contract.read_status(tmp_path) is None
     (tmp_path / "status.json").write_text("{not json")

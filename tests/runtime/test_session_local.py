@@ -82,6 +82,8 @@ def test_checkpoint_request_saves_and_trains_on(tmp_path: Path) -> None:
     _, s = _train(tmp_path, env={"DANLU_KEEP_LAST": "5"}, on_step=_stop_at(2, "checkpoint"))
     reasons = {r.step: r.reason for r in s.checkpoints}
     assert reasons == {3: "request", 7: "interval", 11: "interval", 12: "final"}
+    # The longest write is reported, for the budget cap: a stop may wait for one in flight.
+    assert contract.read_status(tmp_path).save_write_s == max(r.write_s for r in s.checkpoints) > 0
     assert CheckpointStore(str(tmp_path)).read_manifest(3).request_id is not None
 
 
