@@ -8,8 +8,8 @@ import statistics
 import numpy as np
 import pytest
 
-from planner.capacity.offers import ElasticPrice, ReservedOption
 from planner.capacity.demand import quiet_edges
+from planner.capacity.offers import ElasticPrice, ReservedOption
 from planner.capacity.replay import replay_series, wang_li_liang
 from planner.cli import main
 
