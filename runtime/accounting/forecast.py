@@ -9,7 +9,8 @@ types, only hours and dollars.
 ``budget_usd``?".  It keeps back enough money, at the current burn rate, for what a stop
 takes as *measured* in this run -- the longest gap between heartbeats, the longest a stop
 request took to reach a committed checkpoint, the longest a release took -- and, for what
-has not been measured yet, the bound after which the controller kills the workers::
+has not been measured yet, the shutdown timeout (a stop: at least two of the checkpoint
+writes the workers report)::
 
     spent $4,900, burning $60/h, heartbeats 1 min apart, stop 15 min, release 5 min (measured)
     reserve = 60 * (1/60 + 15/60 + 5/60) = $21.00
@@ -124,7 +125,7 @@ class CapDecision:
     gap and the release would take the spend past the budget, so a stop that has not
     committed its checkpoint yet must give up on it and release the nodes.
     ``stop_hours``/``release_hours`` are the durations the reserve was sized with, and
-    ``measured`` says whether they came from measurements or from the enforced bound.
+    ``measured`` says whether they came from measurements or were assumed (see :func:`cap_decision`).
     """
 
     stop_now: bool
@@ -152,6 +153,10 @@ class StopTimings:
     heartbeat_gap_hours: float = 0.0
     stop_hours: float | None = None
     release_hours: float | None = None
+    save_write_hours: float = 0.0  # of any launch: a new launch reports none until its first save
+
+    def saw_save_write(self, hours: float) -> None:
+        self.save_write_hours = max(self.save_write_hours, hours)
 
     def saw_gap(self, hours: float) -> None:
         self.heartbeat_gap_hours = max(self.heartbeat_gap_hours, hours)
@@ -180,12 +185,14 @@ def cap_decision(
     spend (``heartbeat_gap_hours``, the longest gap measured between heartbeats), the time
     from the stop request to a committed checkpoint (``stop_hours``) and the time the
     release takes (``release_hours``).  Pass the longest of each measured so far in this
-    run; one not yet measured (``None``) costs ``bound_hours``, the most the controller lets
-    it take before it kills the workers.  A stop asked while a checkpoint is being written
-    waits for that write before its own, so a measured stop is taken to last up to
-    ``save_write_hours`` (the longest write the workers reported) longer, never past the bound.
-    The run must stop when waiting longer would leave too little budget for all three, so the
-    stop happens *before* the budget is reached.
+    run; one not yet measured (``None``) costs ``bound_hours``, the shutdown timeout.  A stop
+    asked while a checkpoint is being written waits for that write before its own save, so a
+    measured stop is taken to last ``save_write_hours`` (the longest write the workers
+    reported) longer, and a stop not yet measured at least two such writes: the controller
+    waits for a stop's checkpoint as long as the budget allows, so a reserve shorter than the
+    write would give up a checkpoint that only needed the time.  The run must stop when
+    waiting longer would leave too little budget for all three, so the stop happens *before*
+    the budget is reached.
 
     Raises:
         ValueError: a figure is negative or not finite, or ``budget_usd`` is not positive.
@@ -198,18 +205,26 @@ def cap_decision(
     if budget_usd <= 0:
         raise ValueError(f"budget_usd={budget_usd!r} must be positive for a hard cap")
     measured = stop_hours is not None and release_hours is not None
-    stop = bound_hours if stop_hours is None else max(stop_hours, min(stop_hours + save_write_hours, bound_hours))
+    if stop_hours is None:
+        stop = max(bound_hours, 2 * save_write_hours)
+    else:
+        stop = stop_hours + save_write_hours
     release = bound_hours if release_hours is None else release_hours
     reserve = burn_usd_per_hour * (heartbeat_gap_hours + stop + release)
     headroom = budget_usd - spent_usd - reserve
     stop_now = headroom <= 0
     release_now = spent_usd + burn_usd_per_hour * (heartbeat_gap_hours + release) >= budget_usd
     until = None if burn_usd_per_hour == 0 else max(0.0, headroom / burn_usd_per_hour)
-    basis = "measured" if measured else f"the {bound_hours * 60:.1f} min bound where not yet measured"
+    if measured:
+        basis = "measured"
+    elif stop_hours is None and stop > bound_hours:
+        basis = f"the stop as two {save_write_hours * 60:.1f} min checkpoint writes where not yet measured"
+    else:
+        basis = f"the {bound_hours * 60:.1f} min bound where not yet measured"
     if spent_usd >= budget_usd:
         reason = f"spent ${spent_usd:,.2f} has reached the budget ${budget_usd:,.2f}"
     elif stop_now:
-        stop_words = "the stop (after a save in flight)" if stop > (stop_hours or 0.0) and measured else "the stop"
+        stop_words = "the stop (after a save in flight)" if measured and save_write_hours > 0 else "the stop"
         reason = (f"spent ${spent_usd:,.2f} + ${reserve:,.2f} for the next heartbeat, {stop_words} and the release "
                   f"({(heartbeat_gap_hours + stop + release) * 60:.1f} min at ${burn_usd_per_hour:,.2f}/h, "
                   f"{basis}) would exceed the budget ${budget_usd:,.2f}")

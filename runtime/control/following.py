@@ -63,6 +63,8 @@ def follow(controller: Controller, record: LaunchRecord, nodes: list[Node]) -> L
             cap = _heartbeat(controller, record, nodes)
             if cap is not None and cap.stop_now and stop_sent is None:
                 budget_stop = True
+                events.emit("budget_cap", reason=cap.reason, spent_usd=round(cap.spent_usd, 4),
+                            reserve_usd=round(cap.reserve_usd, 4), measured=cap.measured)
                 stop_sent = workers.request("stop", "budget cap: checkpoint and stop before overspending")
             elif cap is not None and budget_stop and cap.release_now:
                 events.emit("budget_release", reason="the checkpoint did not commit in time: release "
@@ -120,20 +122,15 @@ def _heartbeat(controller: Controller, record: LaunchRecord, nodes: list[Node]) 
     timings, scale = controller.stop_timings, controller.state.time_scale
     status = controller.workers.status(record.launch_id)
     save_write_s = status.save_write_s if status is not None else None
-    if not isinstance(save_write_s, (int, float)) or not math.isfinite(save_write_s) or save_write_s < 0:
-        save_write_s = 0.0  # none reported yet (or not a duration): a measured stop stands as measured
-    cap = forecast.cap_decision(
+    if isinstance(save_write_s, (int, float)) and math.isfinite(save_write_s) and save_write_s >= 0:
+        timings.saw_save_write(save_write_s * scale / 3600)
+    return forecast.cap_decision(
         spent_usd=snap.total_usd, burn_usd_per_hour=snap.burn_usd_per_hour, budget_usd=budget,
-        # Past the shutdown timeout the provider kills the workers, and so does the cap (release_now).
         bound_hours=controller.tuning.shutdown_timeout_s * scale / 3600,
         heartbeat_gap_hours=max(timings.heartbeat_gap_hours, HEARTBEAT_S * scale / 3600),
         stop_hours=timings.stop_hours, release_hours=timings.release_hours,
-        save_write_hours=save_write_s * scale / 3600,
+        save_write_hours=timings.save_write_hours,
     )
-    if cap.stop_now:
-        controller.events.emit("budget_cap", reason=cap.reason, spent_usd=round(snap.total_usd, 4),
-                               reserve_usd=round(cap.reserve_usd, 4), measured=cap.measured)
-    return cap
 
 
 def release(controller: Controller, record: LaunchRecord, nodes: list[Node], *, reason: str) -> None:

@@ -22,7 +22,9 @@ Fault knobs (:class:`FakeScript`), each keyed by launch id (``l-1``, ``l-2``, ..
   collective) and stay alive, silent, until they are stopped or their node goes;
 * ``heartbeat_s``: report "running" with the step every so many seconds while training, as
   the training session does (``contract.STATUS_HEARTBEAT_S``); None: only once, at the start;
-* ``save_write_s``: the longest checkpoint write the workers report in their status (None: none).
+* ``save_write_s``: the longest checkpoint write the workers report in their status (None: none);
+* ``stop_s``: how long a stop request takes from being read to its committed checkpoint (the
+  stop's own save); training does not advance meanwhile.
 
 The run's chaos plan (``--chaos``) is carried out as by the local provider: one reclaim
 per training spot launch, announced by the cloud's lead time.
@@ -93,6 +95,7 @@ class FakeScript:
     stalls: Mapping[str, float] = field(default_factory=dict)
     heartbeat_s: float | None = None
     save_write_s: float | None = None
+    stop_s: float = 0.0
 
 
 @dataclass
@@ -115,6 +118,7 @@ class _Launch:
     armed: bool = False
     terminated: bool = False
     beats: int = 0  # heartbeats reported
+    stopping: tuple[float, contract.ControlRequest] | None = None  # a stop being saved: its commit time, request
 
     @property
     def dead_at(self) -> float | None:
@@ -259,6 +263,11 @@ class FakeProvider(Provider):
                 state.reclaimed.add(node_id)
         if state.training_at is None or state.ended_at is not None:
             return
+        if state.stopping is not None:
+            due, request = state.stopping
+            if now >= due and state.dead_at is None:
+                self._carry_out(state, request, at=due)
+            return
         until = min(now, state.dead_at) if state.dead_at is not None else now
         crash = None
         if state.launch_id in script.exits:
@@ -331,13 +340,19 @@ class FakeProvider(Provider):
         if request is None or request.id == state.handled:
             return
         state.handled = request.id
+        if request.action == "stop" and self.script.stop_s > 0:
+            state.stopping = (now + self.script.stop_s, request)
+            return
+        self._carry_out(state, request, at=now)
+
+    def _carry_out(self, state: _Launch, request: contract.ControlRequest, *, at: float) -> None:
         if state.step > state.committed:
-            self._commit(state, state.step, request.action, at=now, request_id=request.id)
+            self._commit(state, state.step, request.action, at=at, request_id=request.id)
         if request.action == "stop":
-            self._status(state, "preempted", at=now, reason=request.reason, request_id=request.id)
-            state.ended_at, state.exit_code = now, contract.EXIT_PREEMPTED
+            self._status(state, "preempted", at=at, reason=request.reason, request_id=request.id)
+            state.ended_at, state.exit_code = at, contract.EXIT_PREEMPTED
         else:
-            self._status(state, "running", at=now, request_id=request.id)
+            self._status(state, "running", at=at, request_id=request.id)
 
     def _commit(self, state: _Launch, step: int, reason: str, *, at: float, request_id: str | None = None) -> None:
         assert state.spec is not None

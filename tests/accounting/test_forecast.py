@@ -80,7 +80,7 @@ def test_before_anything_is_measured_the_cap_reserves_the_enforced_bound():
     assert slow.stop_now and slow.reserve_usd == pytest.approx(26.0)
 
 
-def test_a_stop_may_first_wait_for_a_save_in_flight_up_to_the_bound():
+def test_a_stop_may_first_wait_for_a_save_in_flight():
     # The stop measured 15 min, but a 6 min write may be in flight when the cap asks: $6 more reserve.
     d = cap_decision(spent_usd=4972.0, burn_usd_per_hour=60.0, budget_usd=5000.0, save_write_hours=0.1, **MEASURED)
     assert d.stop_hours == pytest.approx(0.35) and d.reserve_usd == pytest.approx(27.0)
@@ -89,13 +89,22 @@ def test_a_stop_may_first_wait_for_a_save_in_flight_up_to_the_bound():
     stop = cap_decision(spent_usd=4973.5, burn_usd_per_hour=60.0, budget_usd=5000.0, save_write_hours=0.1,
                         **MEASURED)
     assert stop.stop_now and "the stop (after a save in flight)" in stop.reason
-    # Never past the bound the controller enforces (it kills the workers there) ...
-    capped = cap_decision(spent_usd=0.0, burn_usd_per_hour=60.0, budget_usd=5000.0, save_write_hours=5.0, **MEASURED)
-    assert capped.stop_hours == MEASURED["bound_hours"]
-    # ... and unmeasured, the bound already covers it.
-    bound = cap_decision(spent_usd=0.0, burn_usd_per_hour=60.0, budget_usd=5000.0, bound_hours=1 / 6,
-                         heartbeat_gap_hours=1 / 60, save_write_hours=0.1)
-    assert bound.stop_hours == 1 / 6
+    # Past the shutdown timeout too: the controller waits for a stop's checkpoint while the budget lasts.
+    long = cap_decision(spent_usd=0.0, burn_usd_per_hour=60.0, budget_usd=5000.0, save_write_hours=5.0, **MEASURED)
+    assert long.stop_hours == pytest.approx(5.25)
+
+
+def test_an_unmeasured_stop_is_at_least_two_of_the_writes_seen():
+    # Nothing measured: a 6 min write in flight and the stop's own 6 min save outlast the 10 min bound.
+    args = {"burn_usd_per_hour": 60.0, "budget_usd": 5000.0, "bound_hours": 1 / 6, "heartbeat_gap_hours": 1 / 60}
+    d = cap_decision(spent_usd=4978.0, save_write_hours=0.1, **args)
+    assert not d.measured and d.stop_hours == pytest.approx(0.2) and d.reserve_usd == pytest.approx(23.0)
+    assert d.stop_now and "two 6.0 min checkpoint writes where not yet measured" in d.reason
+    # Writes shorter than half the bound leave the bound as it was.
+    short = cap_decision(spent_usd=4978.0, save_write_hours=0.05, **args)
+    assert short.stop_hours == pytest.approx(1 / 6) and not short.stop_now
+    assert "the 10.0 min bound where not yet measured" in cap_decision(spent_usd=4980.0, save_write_hours=0.05,
+                                                                       **args).reason
 
 
 def test_a_stop_that_has_not_checkpointed_in_time_must_release_now():
