@@ -83,12 +83,13 @@ def follow(controller: Controller, record: LaunchRecord, nodes: list[Node]) -> L
             ending_since = now
         if ended and (not running or now - ending_since > tuning.shutdown_timeout_s):
             break  # a node that ended takes the job down with it: the others get a grace period
-        limit = tuning.rdzv_timeout_s + tuning.startup_grace_s
-        if record.training_at is None and now - started > limit:
+        if record.training_at is None and now - started > (limit := _startup_limit_s(controller)):
             release(controller, record, nodes, reason="startup timeout")
             return classify(controller, record, statuses, reclaimed=False, budget_stop=False, notice=None,
                             failure=f"the launch did not start training within {limit:.0f}s "
-                                    "(a stuck rendezvous or a hung start-up)")
+                                    "(a stuck rendezvous or a hung start-up); if the job only needs longer to "
+                                    "start (a download, a large checkpoint to restore), raise [overheads] "
+                                    "restart_minutes")
         clock.sleep(tuning.poll_s)
     reclaimed = any(s.state is NodeState.RECLAIMED for s in statuses)
     if notice is not None and not reclaimed:
@@ -98,6 +99,17 @@ def follow(controller: Controller, record: LaunchRecord, nodes: list[Node]) -> L
             "phase end" if phase_end else "launch ended")
     return classify(controller, record, statuses, reclaimed=reclaimed, budget_stop=budget_stop, notice=notice,
                     phase_end=phase_end)
+
+
+def _startup_limit_s(controller: Controller) -> float:
+    """Real seconds a launch may take from its workers' start to its first training step.
+
+    The rendezvous timeout, then the longer of the controller's start-up grace and the job's
+    ``[overheads] restart_minutes``: the quote already counts that long for loading and warming
+    up after every restart, so a launch is not given up on as hung sooner (simulated minutes, so
+    divided by the time scale)."""
+    restart_s = controller.job.overheads.restart_minutes * 60 / controller.state.time_scale
+    return controller.tuning.rdzv_timeout_s + max(controller.tuning.startup_grace_s, restart_s)
 
 
 def _heartbeat(controller: Controller, record: LaunchRecord, nodes: list[Node]) -> forecast.CapDecision | None:

@@ -177,15 +177,19 @@ def test_when_every_on_demand_pool_refuses_the_policy_s_choice_the_job_goes_on_s
         (AWS_A, "spot"), (GCP, "spot")]
 
 
-def test_a_hung_start_up_times_out_as_a_failure(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("restart_minutes", "limit_s"), [(1.0, 4), (6.0, 7)])
+def test_a_hung_start_up_times_out_as_a_failure(tmp_path: Path, restart_minutes: float, limit_s: int) -> None:
+    # The rendezvous timeout (1 s), then the longer of the 3 s grace and the quote's restart time, which
+    # is simulated: 6 min at 60x is 6 s.
     from runtime.control.controller import Tuning
 
-    run = start_run(tmp_path, script(hang=frozenset({"l-1"})), max_restarts=0,
+    run = start_run(tmp_path, script(hang=frozenset({"l-1"})), max_restarts=0, restart_minutes=restart_minutes,
                     tuning=Tuning(poll_s=0.1, rdzv_timeout_s=1, startup_grace_s=3))
     summary = run.run()
-    assert summary["status"] == "failed" and "did not start training within 4s" in summary["cause"]
+    assert summary["status"] == "failed" and f"did not start training within {limit_s}s" in summary["cause"]
+    assert "raise [overheads] restart_minutes" in summary["cause"]
     up, down = run.events("node_up")[0], run.events("node_down")[0]
-    assert (down["t"] - up["t"]) / SCALE == pytest.approx(4, abs=0.2)
+    assert (down["t"] - up["t"]) / SCALE == pytest.approx(limit_s, abs=0.2)
 
 
 def test_the_budget_cap_stops_after_a_checkpoint_and_a_raised_budget_finishes(tmp_path: Path) -> None:

@@ -71,8 +71,9 @@ def test_a_node_that_never_joins_times_the_rendezvous_out(tmp_path: Path) -> Non
 
 
 def test_a_launch_that_never_starts_training_is_a_failure(tmp_path: Path) -> None:
+    # 1 simulated minute of restart time at 30x is 2 s: the 3 s grace stands.
     job = write_job(tmp_path / "job.toml", entrypoint=[sys.executable, str(WORKERS / "sleeper.py")], nproc=1,
-                    max_restarts=0)
+                    max_restarts=0, restart_minutes=1)
     controller = _controller(tmp_path, job, Tuning(rdzv_timeout_s=1, startup_grace_s=3))
     summary = controller.run()
     assert summary["status"] == "failed"
