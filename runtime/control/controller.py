@@ -271,7 +271,8 @@ class Controller:
             if record is not None and self.state.status == "running":
                 if self.workers.state(record.launch_id) == "running":
                     self.workers.request("stop", f"{cause}: checkpoint before the nodes are released")
-                    deadline = self.clock.monotonic() + self.tuning.cancel_timeout_s
+                    deadline = self.clock.monotonic() + self.workers.stop_wait_s(record.launch_id,
+                                                                                 self.tuning.cancel_timeout_s)
                     nodes = record.node_objects()
                     while self.clock.monotonic() < deadline and self.workers.state(record.launch_id) == "running":
                         if any(st.state in (NodeState.EXITED, NodeState.RECLAIMED) for st in self.provider.poll(nodes)):

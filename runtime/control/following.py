@@ -4,7 +4,6 @@ the release of its nodes."""
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from pricing.pool import CLUSTER
@@ -132,9 +131,7 @@ def _heartbeat(controller: Controller, record: LaunchRecord, nodes: list[Node]) 
         return None
     snap = ledger.snapshot(now=now)
     timings, scale = controller.stop_timings, controller.state.time_scale
-    status = controller.workers.status(record.launch_id)
-    save_write_s = status.save_write_s if status is not None else None
-    if isinstance(save_write_s, (int, float)) and math.isfinite(save_write_s) and save_write_s >= 0:
+    if (save_write_s := controller.workers.save_write_s(record.launch_id)) is not None:
         timings.saw_save_write(save_write_s * scale / 3600)
     return forecast.cap_decision(
         spent_usd=snap.total_usd, burn_usd_per_hour=snap.burn_usd_per_hour, budget_usd=budget,

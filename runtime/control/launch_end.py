@@ -245,7 +245,7 @@ def recover(controller: Controller) -> None:
     if status is not None and status.state == "running":
         # The workers may have outlived the controller: ask for a checkpoint first.
         workers.request("stop", "controller restarted: checkpoint before the nodes are released")
-        deadline = clock.monotonic() + controller.tuning.shutdown_timeout_s
+        deadline = clock.monotonic() + workers.stop_wait_s(record.launch_id, controller.tuning.shutdown_timeout_s)
         while clock.monotonic() < deadline and workers.state(record.launch_id) == "running":
             clock.sleep(controller.tuning.poll_s)
     stale = controller.provider.release_stale(nodes)

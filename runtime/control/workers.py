@@ -3,6 +3,7 @@ reports in ``work/status.json``, and the checkpoint and stop requests written to
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from runtime.control.clock import Clock
@@ -30,6 +31,20 @@ class Workers:
     def state(self, launch_id: str) -> str | None:
         status = self.status(launch_id)
         return status.state if status is not None else None
+
+    def save_write_s(self, launch_id: str) -> float | None:
+        """The longest checkpoint write the launch's workers reported (real seconds); None before one."""
+        status = self.status(launch_id)
+        write = status.save_write_s if status is not None else None
+        if isinstance(write, (int, float)) and math.isfinite(write) and write >= 0:
+            return float(write)
+        return None  # none yet, or not a duration
+
+    def stop_wait_s(self, launch_id: str, floor_s: float) -> float:
+        """How long to wait for a stop's checkpoint (real seconds): ``floor_s``, or where longer two of
+        the launch's checkpoint writes -- one that may be in flight, then the stop's own save."""
+        write = self.save_write_s(launch_id)
+        return floor_s if write is None else max(floor_s, 2 * write)
 
     def request(self, action: contract.Action, reason: str) -> str:
         """Ask the workers to checkpoint (and, for "stop", to exit after it); returns the request's id."""

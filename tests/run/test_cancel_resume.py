@@ -94,6 +94,31 @@ def test_ctrl_c_checkpoints_releases_and_resume_finishes_the_run(tmp_path: Path)
     _assert_billed_once(run.run_dir)
 
 
+@pytest.mark.parametrize("write_s", [None, 40.0])
+def test_ctrl_c_waits_for_a_checkpoint_as_slow_as_the_writes_the_workers_reported(tmp_path: Path, write_s) -> None:
+    # The stop's save takes 70 s, past the 60 s a cancel gives the workers. Workers that have reported
+    # 40 s writes get two of them (80 s) and their checkpoint commits; without one on record the cancel
+    # releases the nodes after 60 s with nothing saved.
+    run = start_run(tmp_path, script(checkpoint_every=1000, stop_s=70.0, save_write_s=write_s))
+    real_poll = run.provider.poll
+
+    def poll(nodes):
+        workers = run.provider._launches.get("l-1")
+        if workers is not None and workers.step >= 100 and not run.events("checkpoint_request"):
+            raise KeyboardInterrupt
+        return real_poll(nodes)
+
+    run.provider.poll = poll
+    with pytest.raises(KeyboardInterrupt):
+        run.run()
+    committed = CheckpointStore(str(run.run_dir / "ckpt")).latest_step()
+    assert load_state(run.run_dir).status == "cancelled" and run.provider._launches["l-1"].terminated
+    if write_s is None:
+        assert committed is None
+    else:
+        assert committed is not None and committed >= 100
+
+
 def test_only_a_cancelled_run_is_reopened(tmp_path: Path) -> None:
     run = start_run(tmp_path, script())
     assert run.run()["status"] == "completed"
