@@ -296,8 +296,8 @@ class Controller:
             self.state.status, self.state.cause = status, cause
             try:
                 self.save()
-            except RunStateError:
-                log.exception("the end state (%s) could not be written", status)  # _close still releases
+            except RunStateError as exc:  # its message names the file and the fix; _close still releases
+                log.error("the end state (%s) could not be written: %s", status, exc)
 
     def _close(self) -> dict[str, Any]:
         error: Exception | None = None

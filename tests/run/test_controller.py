@@ -273,7 +273,8 @@ def test_a_stop_is_timed_on_the_runs_clock_not_the_file_systems(tmp_path: Path) 
 )
 def test_held_and_reserved_pools_run_to_completion_at_no_hourly_cost(tmp_path: Path, purchase: str, extra) -> None:
     # Held capacity is $0 with its hours recorded; a bought term is charged once, in full, and nothing by the hour.
-    run = start_run(tmp_path, script(), plan=phase(purchase, hourly_usd=0.0, **extra), budget_usd=5000.0)
+    run = start_run(tmp_path, script(), plan=phase(purchase, hourly_usd=0.0, **extra), budget_usd=5000.0,
+                    allow=("spot", "on_demand", "reserved_1y"))
     summary = run.run()
     assert summary["status"] == "completed" and summary["steps"] == 300
     assert [launch["purchase"] for launch in summary["launches"]] == [purchase]
@@ -418,3 +419,27 @@ def test_the_provider_tags_with_the_runs_id_a_queues_job_with_its_queue(tmp_path
 
         Controller.open(run_dir, provider=capture).cancel("the test has seen the id")
     assert seen == ["nightly-1-run", "run"]
+
+
+def test_state_that_cannot_be_saved_any_more_ends_the_run_with_the_error_and_no_traceback(tmp_path: Path,
+                                                                                          caplog) -> None:
+    # A full disk from the first step on: the end state cannot be written either, which is said in one
+    # line (the next line the user sees names the file and the fix), the nodes are released all the same.
+    from runtime.control.run_state import RunStateError
+
+    run = start_run(tmp_path, script())
+    real_save = run.controller.save
+
+    def save() -> None:
+        if run.controller.state.current is not None and run.controller.state.current.training_at is not None:
+            raise RunStateError(f"{run.run_dir / 'state.json'}: cannot be written (OSError: [Errno 28] No space left "
+                                "on device). To fix: give the run directory room, then `planner run --resume`.")
+        real_save()
+
+    run.controller.save = save
+    with pytest.raises(RunStateError, match="No space left"):
+        run.run()
+    (record,) = [r for r in caplog.records if "could not be written" in r.getMessage()]
+    assert "the end state (failed)" in record.getMessage() and "No space left" in record.getMessage()
+    assert record.exc_info is None  # no traceback
+    assert run.provider._launches["l-1"].terminated
