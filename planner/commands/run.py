@@ -67,7 +67,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("job", metavar="JOB", nargs="?",
                    help="path of the job.toml file (omit with --resume), or of a queue file (QUEUE.toml, see "
                         "`planner capacity --queue`): its jobs run as scheduled, one run directory each")
-    p.add_argument("--plan", metavar="PLAN.json", help="follow this plan (`planner quote --json` output)")
+    p.add_argument("--plan", metavar="PLAN.json",
+                   help="follow this plan (`planner quote --json` output); one quoted for another job, or whose "
+                        "first phase the job's constraints rule out, is refused")
     p.add_argument("--run-dir", metavar="DIR", help="where the run keeps its files (default runs/<job>-<time>)")
     p.add_argument("--resume", metavar="RUN_DIR",
                    help="continue the run in RUN_DIR after its controller died or it was cancelled "

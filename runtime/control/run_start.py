@@ -3,6 +3,7 @@ fresh state written to its run directory."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import shutil
 import time
@@ -12,6 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from planner.job import JobSpec
+from pricing.catalog import PURCHASE_OPTIONS
 from pricing.pool import Pool, PoolError
 from runtime.control import checkpoint_owner
 from runtime.control.queue_record import is_queue_run
@@ -72,6 +74,35 @@ def plan_pool(plan: dict[str, Any], *, source: str) -> tuple[Pool, int]:
     return pool, nodes
 
 
+def check_plan_fits(plan: dict[str, Any], pool: Pool, nodes: int, job: JobSpec, *, source: str) -> None:
+    """Refuse a plan (``planner quote --json`` output) whose first phase -- the one a run launches; a
+    re-plan chooses what follows under the job's constraints -- the job rules out: a plan quoted for
+    another job, or before the job's limits changed, would otherwise run as it stands, on a cloud on
+    as many nodes as it says."""
+    quoted_for = plan.get("job")
+    if isinstance(quoted_for, str) and quoted_for != job.name:
+        raise RunStateError(f"{source}: this plan was quoted for job {quoted_for!r}, not {job.name!r}. To fix: "
+                            "quote this job (`planner quote JOB --json`) and pass that plan.")
+    c, where = job.constraints, "plan.phases[0]"
+    problems = []
+    if nodes > c.max_nodes:
+        problems.append(f"{where} has {nodes} nodes, over constraints.max_nodes = {c.max_nodes}")
+    if c.max_gpus is not None and nodes * pool.gpus_per_node > c.max_gpus:
+        problems.append(f"{where} has {nodes * pool.gpus_per_node} GPUs, over constraints.max_gpus = {c.max_gpus}")
+    if pool.purchase in PURCHASE_OPTIONS:  # held reservations and the team's cluster are named in the job itself
+        if pool.purchase not in job.purchase.allow:
+            problems.append(f"{where} buys {pool.purchase}, not in purchase.allow = {list(job.purchase.allow)}")
+        if c.clouds and pool.cloud not in c.clouds:
+            problems.append(f"{where} is on {pool.cloud}, not in constraints.clouds = {list(c.clouds)}")
+        if c.regions and not any(fnmatch.fnmatchcase(pool.region, g) for g in c.regions):
+            problems.append(f"{where} is in {pool.region}, which constraints.regions = {list(c.regions)} rules out")
+        if c.gpus and pool.gpu.lower() not in {g.lower() for g in c.gpus}:
+            problems.append(f"{where} uses {pool.gpu}, not in constraints.gpus = {list(c.gpus)}")
+    if problems:
+        raise RunStateError(f"{source}: the plan breaks the job's constraints: {'; '.join(problems)}. To fix: "
+                            "quote the job as it is now (`planner quote JOB --json`) and pass that plan.")
+
+
 def run_id_for(run_dir: Path, home: str | None) -> str:
     """The id a new run's cloud resources are tagged with: its directory's name, for a job of a queue the
     queue's directory's name before it, and the first digits of its runs directory's home id after it (see
@@ -122,7 +153,9 @@ def new_state(
             plan = json.loads(plan_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise RunStateError(f"{plan_path}: cannot read the plan ({exc}). To fix: pass a JSON plan file.") from exc
-        state.set_pool(*plan_pool(plan, source=str(plan_path)))
+        pool, nodes = plan_pool(plan, source=str(plan_path))
+        check_plan_fits(plan, pool, nodes, job, source=str(plan_path))
+        state.set_pool(pool, nodes)
         state.plan = plan.get("plan", plan) if isinstance(plan, dict) else None
     state.home = home_of(runs_root(run_dir)) if _on_a_cloud(provider) else None
     state.run_id = run_id_for(run_dir, state.home)

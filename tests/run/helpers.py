@@ -40,7 +40,7 @@ def write_catalog(path: Path, rows=CATALOG_ROWS) -> Path:
 def write_job(
     path: Path, *, entrypoint: list[str], steps: int = 300, nproc: int = 2, deadline_hours: float = 1.5,
     budget_usd: float = 5.0, speed: float = 0.85, max_restarts: int = 1, restart_minutes: float = 5.0,
-    allow: tuple[str, ...] = ("spot", "on_demand"), extra: str = "",
+    allow: tuple[str, ...] = ("spot", "on_demand"), extra: str = "", max_nodes: int = 1,
 ) -> Path:
     path.write_text(f"""
 name = "digits-test"
@@ -55,7 +55,7 @@ T4 = {speed}
 [constraints]
 deadline_hours = {deadline_hours}
 budget_usd = {budget_usd}
-max_nodes = 1
+max_nodes = {max_nodes}
 
 [purchase]
 allow = {json.dumps(list(allow))}

@@ -58,7 +58,7 @@ def test_a_crashing_worker_is_retried_then_fails_the_run_with_its_cause(tmp_path
 
 def test_a_node_that_never_joins_times_the_rendezvous_out(tmp_path: Path) -> None:
     job = write_job(tmp_path / "job.toml", entrypoint=[sys.executable, str(WORKERS / "sleeper.py")], nproc=1,
-                    max_restarts=0)
+                    max_restarts=0, max_nodes=2)
     plan = {"plan": {"phases": [{"cloud": "aws", "region": "us-east-1", "zone": "use1-az1",
                                  "instance_type": "g4dn.xlarge", "gpu": "T4", "gpus_per_node": 1, "nodes": 2,
                                  "purchase": "spot", "hourly_usd": 0.16}]}}

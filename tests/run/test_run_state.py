@@ -121,6 +121,31 @@ def test_plan_files_name_the_missing_key() -> None:
     assert pool == Pool("aws", "r", "z", "t", "T4", 1, "spot", 1.5) and pool.id == "aws:r/z:t" and nodes == 2
 
 
+def test_a_plan_the_jobs_constraints_rule_out_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    # The helpers' job: max_nodes = 1, spot and on-demand, any cloud and region.
+    job_path = write_job(tmp_path / "job.toml", entrypoint=["python", "train.py"], allow=("spot",))
+    job = load_job(job_path)
+    spot = {**POOL.to_dict(), "nodes": 1}
+    plans = {
+        "over constraints.max_nodes = 1": {"job": "digits-test", "plan": {"phases": [{**spot, "nodes": 4}]}},
+        "buys on_demand, not in purchase.allow": {"phases": [{**spot, "zone": None, "purchase": "on_demand"}]},
+        "quoted for job 'gpt-7b-finetune', not 'digits-test'": {"job": "gpt-7b-finetune", "plan": {"phases": [spot]}},
+    }
+    for i, (message, plan) in enumerate(plans.items()):
+        path = tmp_path / f"plan-{i}.json"
+        path.write_text(json.dumps(plan))
+        with pytest.raises(RunStateError, match=message):
+            new_state(job_path=job_path, job=job, run_dir=tmp_path / f"run-{i}", catalog=None, provider="local",
+                      time_scale=60, policy="danlu", chaos=[], plan_path=path)
+        assert not (tmp_path / f"run-{i}").exists()  # nothing written for a refused plan
+    path = tmp_path / "good.json"
+    # A later phase is re-planned under the job's constraints: only the first one is checked.
+    path.write_text(json.dumps({"job": "digits-test", "plan": {"phases": [spot, {"cloud": "aws", "nodes": 9}]}}))
+    state = new_state(job_path=job_path, job=job, run_dir=tmp_path / "run", catalog=None, provider="local",
+                      time_scale=60, policy="danlu", chaos=[], plan_path=path)
+    assert state.pool == POOL
+
+
 def test_event_log_survives_a_torn_last_line(tmp_path: Path) -> None:
     log = EventLog(tmp_path, clock=lambda: 100.0)
     log.emit("run_started", job="x")
