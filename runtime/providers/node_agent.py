@@ -9,7 +9,8 @@ talks to the controller only through the run's *stage* in object storage (layout
     spec.json naming this node     <- <stage>/launches/<launch>/spec.json (the launch it was made for)
     torchrun (argv, never a shell) in the unpacked bundle, DANLU_RUN_DIR node-local
     status.json (rank 0's node)    -> <stage>/launches/<launch>/status.json
-    control.json                   <- <stage>/launches/<launch>/control.json
+    control.json                   <- <stage>/launches/<launch>/control.json (and, on an interruption
+                                      notice, a stop the agent asks for itself, at once)
     meter.json ([tracking] runs)   <- <stage>/launches/<launch>/meter.json (the spend figures)
     stop.json                      <- the controller releases the launch: SIGTERM torchrun
     log tail                       -> <stage>/nodes/<node>/log.txt
@@ -41,7 +42,7 @@ from typing import Any
 
 from runtime.tracking import ENV_TRACKING
 from runtime.tracking.meter import METER_FILE
-from runtime.training.contract import CONTROL_FILE
+from runtime.training.contract import CONTROL_FILE, request_checkpoint
 
 __all__ = [
     "CONFIG_ENV",
@@ -216,6 +217,7 @@ class NodeAgent:
         self._seen: dict[str, bytes] = {}  # what was mirrored down, by file name
         self._mirrored: tuple[str, ...] = ()
         self._stop_at: float | None = None
+        self._stop_asked = False  # the agent's own stop request for the running launch (a notice)
         self._wake = threading.Event()
         self._watch = None
 
@@ -273,7 +275,22 @@ class NodeAgent:
 
         if self.notice is None or notice.kind == INTERRUPTION:
             self.notice = notice
+        if notice.kind == INTERRUPTION:
+            self._ask_to_stop(notice)
         self._wake.set()  # report it now, not at the next heartbeat
+
+    def _ask_to_stop(self, notice: Any) -> None:
+        """Ask this node's workers to checkpoint and stop now. The controller asks too, but only once
+        the notice has gone up in a heartbeat and its request has come down through the stage: up to
+        two heartbeats of a lead time that is 30 s on GCP. Every rank agrees on a stop any rank saw,
+        so one node's request stops the launch."""
+        run_dir, process = self.run_dir, self.process
+        if self._stop_asked or run_dir is None or process is None or process.poll() is not None:
+            return
+        self._stop_asked = True
+        request = request_checkpoint(run_dir / CONTROL_FILE, "stop",
+                                     reason=f"{notice.cloud} interruption notice on {self.node} (its node agent)")
+        log.info("node %s: asked the workers to stop (%s)", self.node, request.id)
 
     def _acknowledge(self) -> None:
         """Azure: the controller says the checkpoint is safe; let the eviction go ahead."""
@@ -331,6 +348,7 @@ class NodeAgent:
         self._seen = {}
         self._mirrored = MIRRORED_DOWN if ENV_TRACKING in env else (CONTROL_FILE,)
         self._stop_at = None
+        self._stop_asked = False
         log.info("node %s: launch %s started (pid %d)", self.node, launch, self.process.pid)
 
     def _follow(self, tick: int) -> None:
