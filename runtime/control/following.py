@@ -10,7 +10,8 @@ from pricing.pool import CLUSTER
 from runtime.accounting import alerts, forecast
 from runtime.control import planning
 from runtime.control.launch_end import LaunchEnd, classify
-from runtime.control.run_state import LaunchRecord
+from runtime.control.run_state import LaunchRecord, Throughput
+from runtime.control.run_summary import units_per_step
 from runtime.providers.base import Node, NodeState
 from runtime.providers.notices import INTERRUPTION, Notice
 
@@ -119,6 +120,7 @@ def _heartbeat(controller: Controller, record: LaunchRecord, nodes: list[Node]) 
         controller.stop_timings.saw_gap((beat - controller.last_beat) * controller.state.time_scale / 3600)
     controller.last_beat = beat
     now = clock.now()
+    _measure_pace(controller, record)
     spend.bill_until(record, nodes, now)
     fc = spend.forecast()
     alerts.dispatch(controller.alert_policy, ledger, controller.outbox, fc, now=now)
@@ -140,6 +142,23 @@ def _heartbeat(controller: Controller, record: LaunchRecord, nodes: list[Node]) 
         stop_hours=timings.stop_hours, release_hours=timings.release_hours,
         save_write_hours=timings.save_write_hours,
     )
+
+
+def _measure_pace(controller: Controller, record: LaunchRecord) -> None:
+    """Keep the running launch's pace so far in the run's state (``live``), from its workers' latest
+    report: forecasts, alerts, the budget cap and `planner status` go by it before the launch ends."""
+    status = controller.workers.status(record.launch_id)
+    if status is None or status.state != "running" or record.training_at is None or record.training_step is None:
+        return
+    steps = status.step - record.training_step
+    hours = (controller.clock.sim(status.updated_at) - record.training_at) / 3600
+    live = controller.state.live
+    if steps <= 0 or hours <= 0 or (live is not None and (live.steps, live.hours) == (steps, hours)):
+        return
+    units = steps * units_per_step(controller.job, controller.store)
+    controller.state.live = Throughput(gpu=record.pool.gpu, gpus=record.nodes * record.pool.gpus_per_node,
+                                       units=units, hours=hours, steps=steps)
+    controller.save()
 
 
 def release(controller: Controller, record: LaunchRecord, nodes: list[Node], *, reason: str) -> None:

@@ -107,14 +107,20 @@ def _estimate_step(controller: Controller, record: LaunchRecord, status: contrac
 
 
 def _measure(controller: Controller, record: LaunchRecord, status: contract.RunStatus | None) -> None:
-    if record.training_at is None or record.training_step is None or status is None or status.state == "running":
+    live, controller.state.live = controller.state.live, None  # the launch's final measure replaces it
+    job = controller.job
+    if record.training_at is None or record.training_step is None:
         return
-    steps = status.step - record.training_step
-    hours = (controller.clock.sim(status.updated_at) - record.training_at) / 3600
+    if status is not None and status.state != "running":
+        steps = status.step - record.training_step
+        hours = (controller.clock.sim(status.updated_at) - record.training_at) / 3600
+        units = steps * units_per_step(job, controller.store)
+    elif live is not None and (live.gpu, live.gpus) == (record.pool.gpu, record.nodes * record.pool.gpus_per_node):
+        steps, hours, units = live.steps, live.hours, live.units  # killed mid-run: its workers' last report
+    else:
+        return
     if steps <= 0 or hours <= 0:
         return
-    job = controller.job
-    units = steps * units_per_step(job, controller.store)
     rate = controller.state.learn_throughput(record.pool, record.nodes, units, hours, steps)
     controller.events.emit("throughput", gpu=record.pool.gpu, units_per_hour=round(rate, 4),
                            unit=job.workload.unit)
@@ -249,6 +255,7 @@ def recover(controller: Controller) -> None:
         while clock.monotonic() < deadline and workers.state(record.launch_id) == "running":
             clock.sleep(controller.tuning.poll_s)
     stale = controller.provider.release_stale(nodes)
+    controller.state.live = None  # what the lost controller saw of this launch, not measured to its end
     end = clock.now()
     for node in nodes:
         controller.spend.stop_billing(record, node, end, "controller restart")

@@ -213,6 +213,8 @@ class RunState(_Model):
     lost_steps: Count = 0
     steps: Count = 0
     measured: Throughput | None = None
+    # The running launch's steps so far, from its workers' reports; folded into `measured` when it ends.
+    live: Throughput | None = None
     cooling: dict[str, Finite] = Field(default_factory=dict)
     rates: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(default_factory=dict)
     pool_preemptions: dict[str, Count] = Field(default_factory=dict)
@@ -259,12 +261,22 @@ class RunState(_Model):
 
     def known_rate(self, job: JobSpec, pool: Pool, nodes: int) -> float | None:
         """Work units per hour on ``nodes`` of ``pool``: the job's figure blended with what was measured
-        on the same GPUs by how many steps the measurement saw (:func:`planner.workload.blend_rate`)."""
+        on the same GPUs, the running launch included, by how many steps the measurement saw
+        (:func:`planner.workload.blend_rate`)."""
         prior = config_rate(job, pool, nodes)
-        m = self.measured
-        if m and m.gpu == pool.gpu and m.gpus == nodes * pool.gpus_per_node:
+        m = self.measurement(pool, nodes)
+        if m is not None:
             return m.units_per_hour if prior is None else blend_rate(prior, m.units_per_hour, m.steps)
         return prior
+
+    def measurement(self, pool: Pool, nodes: int) -> Throughput | None:
+        """What was measured on ``nodes`` of ``pool``'s GPUs: past launches and the running one, pooled."""
+        gpus = nodes * pool.gpus_per_node
+        parts = [m for m in (self.measured, self.live) if m is not None and m.gpu == pool.gpu and m.gpus == gpus]
+        if not parts:
+            return None
+        return Throughput(gpu=pool.gpu, gpus=gpus, units=sum(m.units for m in parts),
+                          hours=sum(m.hours for m in parts), steps=sum(m.steps for m in parts))
 
     def rate(self, job: JobSpec, pool: Pool, nodes: int) -> float:
         """:meth:`known_rate`, never zero: pools come from plans, which had a speed for them."""
@@ -277,6 +289,7 @@ class RunState(_Model):
         if m and m.gpu == pool.gpu and m.gpus == gpus:
             units, hours, steps = units + m.units, hours + m.hours, steps + m.steps
         self.measured = Throughput(gpu=pool.gpu, gpus=gpus, units=units, hours=hours, steps=steps)
+        self.live = None  # the launch's own measure now stands for it
         return units / hours
 
     def penalize(self, pool: Pool, *, prior_rate: float, now: float, cooldown_s: float) -> int:

@@ -443,3 +443,39 @@ def test_state_that_cannot_be_saved_any_more_ends_the_run_with_the_error_and_no_
     assert "the end state (failed)" in record.getMessage() and "No space left" in record.getMessage()
     assert record.exc_info is None  # no traceback
     assert run.provider._launches["l-1"].terminated
+
+
+def test_forecasts_go_by_the_pace_the_running_launch_reports(tmp_path: Path) -> None:
+    # The workers run at a third of the job's table speed and report their step every 0.5 s: the forecast,
+    # the ETA and the alerts follow the measured pace during the first launch, not only after it ends.
+    run = start_run(tmp_path, script(steps_per_s=SPEED * SCALE / 3, heartbeat_s=0.5))
+    seen: list = []
+    lives: list = []
+
+    def progress(p) -> None:
+        seen.append(p)
+        lives.append(run.controller.state.live)
+
+    run.controller.on_progress = progress
+    assert run.run()["status"] == "completed"
+    table = seen[0].units_per_hour  # 0.85 steps/s at 60x: 3,060 steps an hour
+    assert table == pytest.approx(SPEED * 3600)
+    late = [p for p, live in zip(seen, lives, strict=True) if live is not None and live.steps >= 200]
+    assert late, "the launch's pace was never measured while it ran"
+    # Blended with the table (200 steps' worth): 0.4 table + 0.6 measured at the end, where the table
+    # alone (before) stayed at 3,060 an hour until the launch ended.
+    assert late[-1].units_per_hour < 0.65 * table
+    assert late[-1].eta is not None and seen[0].eta is not None and late[-1].eta > seen[0].eta
+    state = load_state(run.run_dir)
+    assert state.live is None  # folded into what was measured when the launch ended
+    assert state.measured is not None and state.measured.units_per_hour == pytest.approx(SPEED * 3600 / 3, rel=0.05)
+
+
+def test_a_launch_reclaimed_without_a_word_keeps_the_pace_its_workers_last_reported(tmp_path: Path) -> None:
+    run = start_run(tmp_path, script(heartbeat_s=0.5, reclaims=(Reclaim("l-1", after_s=3.0, notice=False),)))
+    assert run.run()["status"] == "completed"
+    first, _ = run.events("throughput")  # one a launch
+    # The first launch's last report (2.5-3 s in, at 51 steps/s) is measured, not lost with the node.
+    assert first["units_per_hour"] == pytest.approx(SPEED * 3600, rel=0.05)
+    state = load_state(run.run_dir)
+    assert state.live is None and state.measured is not None and state.measured.steps > 250
