@@ -146,7 +146,7 @@ def _heartbeat(controller: Controller, record: LaunchRecord, nodes: list[Node]) 
 
 def _measure_pace(controller: Controller, record: LaunchRecord) -> None:
     """Keep the running launch's pace so far in the run's state (``live``), from its workers' latest
-    report: forecasts, alerts, the budget cap and `planner status` go by it before the launch ends."""
+    report: forecasts, the alerts on them and `planner status` go by it before the launch ends."""
     status = controller.workers.status(record.launch_id)
     if status is None or status.state != "running" or record.training_at is None or record.training_step is None:
         return

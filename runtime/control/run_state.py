@@ -264,12 +264,12 @@ class RunState(_Model):
         on the same GPUs, the running launch included, by how many steps the measurement saw
         (:func:`planner.workload.blend_rate`)."""
         prior = config_rate(job, pool, nodes)
-        m = self.measurement(pool, nodes)
+        m = self._measurement(pool, nodes)
         if m is not None:
             return m.units_per_hour if prior is None else blend_rate(prior, m.units_per_hour, m.steps)
         return prior
 
-    def measurement(self, pool: Pool, nodes: int) -> Throughput | None:
+    def _measurement(self, pool: Pool, nodes: int) -> Throughput | None:
         """What was measured on ``nodes`` of ``pool``'s GPUs: past launches and the running one, pooled."""
         gpus = nodes * pool.gpus_per_node
         parts = [m for m in (self.measured, self.live) if m is not None and m.gpu == pool.gpu and m.gpus == gpus]
@@ -289,7 +289,6 @@ class RunState(_Model):
         if m and m.gpu == pool.gpu and m.gpus == gpus:
             units, hours, steps = units + m.units, hours + m.hours, steps + m.steps
         self.measured = Throughput(gpu=pool.gpu, gpus=gpus, units=units, hours=hours, steps=steps)
-        self.live = None  # the launch's own measure now stands for it
         return units / hours
 
     def penalize(self, pool: Pool, *, prior_rate: float, now: float, cooldown_s: float) -> int:
