@@ -136,10 +136,9 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     from runtime.control import detach, queue_held
     from runtime.control.chaos import parse_chaos
     from runtime.control.controller import Controller, Tuning
-    from runtime.control.run_start import new_state
+    from runtime.control.run_start import new_state, preflight
     from runtime.control.run_state import load_state, raise_budget, reopen_cancelled
     from runtime.errors import RuntimeFailure
-    from runtime.providers import registry
 
     # The controller reads checkpoints through fsspec; the nodes it starts need torch.
     require("fsspec", "train", feature="planner run")
@@ -194,20 +193,10 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             return run_queue_command(args, console, tuning)
         job = load_job(args.job)
         provider = args.provider or job.run.provider
-        # An unknown provider, options it does not take or a checkpoint dir its nodes cannot
-        # reach fail before anything is written.
-        provider_cls = registry.load(provider)
-        try:
-            provider_cls.check_job(job)
-        except RuntimeFailure as exc:
-            raise RuntimeFailure(f"{args.job}: {exc}") from None
-        if provider_cls.remote and "://" not in (job.run.checkpoint_dir or ""):
-            raise RuntimeFailure(
-                f"{args.job}: [run].checkpoint_dir must be an object-store URL for provider {provider!r} "
-                f"(its nodes cannot read this machine's disk). To fix: set checkpoint_dir = \"s3://BUCKET/PREFIX\" "
-                "(or gs://, az://) in [run]."
-            )
         parse_chaos(args.chaos)  # a bad spec fails before anything starts
+        # An unknown provider, options it does not take, a checkpoint dir its nodes cannot reach or a
+        # script they will not find fail before anything is written.
+        preflight(job, Path(args.job), provider)
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         run_dir = Path(args.run_dir or f"runs/{job.name}-{stamp}")
         new_state(job_path=Path(args.job), job=job, run_dir=run_dir, catalog=args.catalog, provider=provider,

@@ -50,7 +50,7 @@ from runtime.control.phases import run_date
 from runtime.control.queue_held import QueueHeld, lock_queue
 from runtime.control.queue_held import write as write_queue_held
 from runtime.control.queue_record import QUEUE_FILE, JobToRun, QueueRunRecord
-from runtime.control.run_start import new_state
+from runtime.control.run_start import new_state, preflight
 from runtime.control.run_state import STATE_FILE, SUMMARY_FILE, load_state, reopen_cancelled
 from runtime.errors import RuntimeFailure
 
@@ -86,6 +86,7 @@ def job_for_run(js: JobSchedule, schedule: QueueSchedule, *, today: dt.date) -> 
 def run_queue(schedule: QueueSchedule, run_root: Path, options: QueueRunOptions,
               on_event: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Run every job of ``schedule``; returns (and writes to ``run_root/queue.json``) each job's outcome."""
+    _preflight(schedule, options)
     run_root.mkdir(parents=True, exist_ok=True)
     # Held for the whole queue: a resume of one of its jobs (planner run --resume) must wait for it.
     with lock_queue(run_root, schedule.spec.name, record=True):
@@ -99,6 +100,7 @@ def run_queue(schedule: QueueSchedule, run_root: Path, options: QueueRunOptions,
 def prepare_queue(schedule: QueueSchedule, run_root: Path, options: QueueRunOptions) -> QueueRunRecord:
     """Write the queue's run directory (plans, queue_run.json) without running it: `planner run QUEUE.toml
     --detach` then starts :func:`resume_queue` in the background, on the clock that starts now."""
+    _preflight(schedule, options)
     run_root.mkdir(parents=True, exist_ok=True)
     with lock_queue(run_root, schedule.spec.name):
         return _record(schedule, run_root, options, time.time())
@@ -111,6 +113,13 @@ def resume_queue(run_root: Path, tuning: Tuning,
     record = queue_record.read(run_root)
     with lock_queue(run_root, record.held.queue, record=True):
         return _run_jobs(record, run_root, tuning, on_event, wall=time.time)
+
+
+def _preflight(schedule: QueueSchedule, options: QueueRunOptions) -> None:
+    """Refuse the queue for any job its provider cannot run, before the first starts: a later job
+    would otherwise fail when its slot comes, hours into the queue."""
+    for js in schedule.jobs:
+        preflight(js.job.spec, Path(js.job.path), options.provider or js.job.spec.run.provider, source=js.job.source)
 
 
 def _record(schedule: QueueSchedule, run_root: Path, options: QueueRunOptions, origin: float) -> QueueRunRecord:

@@ -19,7 +19,8 @@ from runtime.control import checkpoint_owner
 from runtime.control.queue_record import is_queue_run
 from runtime.control.run_home import home_of, runs_root
 from runtime.control.run_state import PRIVATE_DIR, STATE_FILE, RunState, RunStateError, save_state, validation_errors
-from runtime.providers import registry
+from runtime.errors import RuntimeFailure
+from runtime.providers import entrypoint, registry
 
 
 def check_runnable(job: JobSpec, source: str) -> None:
@@ -121,6 +122,34 @@ def _on_a_cloud(provider: str) -> bool:
     except registry.ProviderUnavailable:  # refused where the run is built, with the fix
         return False
     return cls.remote or cls.delegates
+
+
+def preflight(job: JobSpec, job_path: Path, provider: str, *, source: str | None = None) -> None:
+    """Refuse, before anything is written or billed, a job ``provider`` cannot run (a queue: every job,
+    before its first starts), naming the file (``source``, else ``job_path``), the key and the fix.
+
+    Raises:
+        RuntimeFailure: the provider is unknown or cannot be loaded here (:mod:`runtime.providers.registry`).
+        RunStateError: what is wrong with the job.
+    """
+    source = source or str(job_path)
+    check_runnable(job, source)
+    cls = registry.load(provider)
+    try:
+        cls.check_job(job)
+    except RuntimeFailure as exc:
+        raise RunStateError(f"{source}: {exc}") from None
+    if cls.remote and "://" not in (job.run.checkpoint_dir or ""):
+        raise RunStateError(
+            f"{source}: [run].checkpoint_dir must be an object-store URL for provider {provider!r} (its nodes "
+            "cannot read this machine's disk). To fix: set checkpoint_dir = \"s3://BUCKET/PREFIX\" (or gs://, az://) "
+            "in [run]."
+        )
+    # The nodes run the entrypoint where `planner run` starts (or its bundle): a script not there would
+    # fail every launch at step 0, each one billed.
+    if cls.runs_entrypoint and (problem := entrypoint.missing_script(
+            job.run.entrypoint, Path.cwd(), bundled=cls.remote or cls.delegates, job_dir=job_path.resolve().parent)):
+        raise RunStateError(f"{source}: {problem}")
 
 
 def new_state(

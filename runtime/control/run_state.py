@@ -39,6 +39,7 @@ from planner.job import JobSpec
 from planner.policy import POLICY_NAMES
 from planner.workload import blend_rate
 from pricing.pool import Pool, PoolError
+from runtime.control import worker_log
 from runtime.control.replan import config_rate, raised_rate
 from runtime.errors import RuntimeFailure
 from runtime.providers.base import Node
@@ -156,27 +157,33 @@ class LaunchRecord(_Model):
         """The error a launch that never trained died of (its node log's telling line), or None."""
         if self.training_at is not None or self.outcome != "failed":
             return None
-        cause = self.log_cause()
-        return cause.split(": ", 1)[1] if cause.startswith("; ") and ": " in cause else None
+        found = self._log_failure()
+        return found[1] if found is not None else None
 
     def log_cause(self) -> str:
-        """The telling line of the node logs (an exit code alone says little), or ''."""
+        """Why the workers failed and where to read more (the first node log that says), as a suffix of
+        the launch's reason; '' without a log."""
+        found = self._log_failure()
+        if found is None:
+            return ""
+        node, cause, path = found
+        return f"; {node}: {cause} (log: {path})" if cause is not None else f" (log: {path})"
+
+    def _log_failure(self) -> tuple[str, str | None, Path] | None:
+        """(node, the telling line of its log (:mod:`~runtime.control.worker_log`), the log) of the first node
+        whose log says why -- the first that is not a peer's failure seen from there, where one is -- else of
+        the first log there is; None without one."""
+        found: list[tuple[str, str | None, Path]] = []
         for node in self.hosts:
             path = Path(str(node.get("handle", {}).get("log", "")))
             try:
-                lines = path.read_text(errors="replace").splitlines()
+                text = path.read_text(errors="replace")
             except OSError:
                 continue
-            if any("RendezvousTimeoutError" in line for line in lines):
-                return "; the rendezvous timed out (a node never joined)"
-            errors = [
-                line.strip() for line in lines
-                if ("Error" in line or "Exception" in line) and "torch.distributed.elastic" not in line
-                and "ChildFailedError" not in line and not line.lstrip().startswith(("File ", "raise "))
-            ]
-            if errors:
-                return f"; {node['id']}: {errors[-1][:300]}"
-        return ""
+            found.append((str(node["id"]), worker_log.failure_cause(text), path))
+        said = [f for f in found if f[1] is not None]
+        first_cause = next((f for f in said if not worker_log.is_consequence(str(f[1]))), said[0] if said else None)
+        return first_cause or (found[0] if found else None)
 
 
 class RunState(_Model):

@@ -182,6 +182,9 @@ class Provider(abc.ABC):
     delegates: bool = False
     """True for a provider that owns no instances but hands each pool to another registered
     provider (:mod:`runtime.providers.auto`): `planner gc` asks those instead."""
+    runs_entrypoint: bool = True
+    """True when the nodes run ``[run].entrypoint`` in the run's working directory (on this machine, or
+    its code bundle): `planner run` then checks, before anything is billed, that its script is there."""
 
     @classmethod
     def check_job(cls, job: JobSpec) -> None:

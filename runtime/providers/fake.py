@@ -131,6 +131,7 @@ class FakeProvider(Provider):
     """The scripted cloud (see the module docstring)."""
 
     name = "fake"
+    runs_entrypoint = False  # it plays the workers from a script; the job's entrypoint never runs
 
     def __init__(self, context: ProviderContext, script: FakeScript):
         self.context = context

@@ -61,6 +61,7 @@ from runtime.providers.base import (
     child_environment,
 )
 from runtime.providers.cloud_api import CapacityError
+from runtime.providers.entrypoint import torchrun_entry
 from runtime.providers.metadata_server import MetadataServer
 from runtime.providers.notices import Notice, NoticeWatch
 
@@ -68,7 +69,6 @@ __all__ = ["LocalProvider", "is_running", "torchrun_argv"]
 
 log = logging.getLogger("runtime.providers.local")
 
-PYTHON_NAMES = ("python", "python3", Path(sys.executable).name)
 
 
 def is_running(pid: int) -> bool:
@@ -78,7 +78,6 @@ def is_running(pid: int) -> bool:
 
 def torchrun_argv(launch: LaunchSpec, nnodes: int, rdzv_endpoint: str) -> list[str]:
     """The agent command line: c10d rendezvous over a file store, no restarts in place."""
-    entry = list(launch.entrypoint)
     argv = [
         sys.executable, "-m", "torch.distributed.run",
         f"--nnodes={nnodes}", f"--nproc-per-node={launch.nproc_per_node}",
@@ -86,11 +85,7 @@ def torchrun_argv(launch: LaunchSpec, nnodes: int, rdzv_endpoint: str) -> list[s
         f"--rdzv-conf=store_type=file,join_timeout={launch.rdzv_timeout_s:g},last_call_timeout=1",
         "--max-restarts=0", "--monitor-interval=0.1", f"--shutdown-timeout={launch.shutdown_timeout_s:g}",
     ]
-    if entry and Path(entry[0]).name in PYTHON_NAMES and len(entry) > 1:
-        entry = entry[1:]  # torchrun runs scripts (and -m modules) with its own interpreter
-    else:
-        argv.append("--no-python")
-    return argv + entry
+    return argv + torchrun_entry(launch.entrypoint)
 
 
 @dataclass

@@ -40,6 +40,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from runtime.providers.entrypoint import torchrun_entry
 from runtime.tracking import ENV_TRACKING
 from runtime.tracking.meter import METER_FILE
 from runtime.training.contract import CONTROL_FILE, request_checkpoint
@@ -56,7 +57,6 @@ log = logging.getLogger("runtime.providers.node_agent")
 
 CONFIG_ENV = "DANLU_AGENT_CONFIG"
 LOG_TAIL_BYTES = 64 * 1024
-PYTHON_NAMES = ("python", "python3", Path(sys.executable).name)
 MIRRORED_DOWN = (CONTROL_FILE, METER_FILE)
 """The controller's files for the workers: checkpoint requests, and (a launch with ``DANLU_TRACKING``)
 the spend figures the trackers log."""
@@ -120,7 +120,6 @@ class Stage:
 
 def torchrun_argv(spec: dict[str, Any], *, is_host: bool) -> list[str]:
     """The torchrun command line for one launch spec: c10d over TCP at node 0, no restarts in place."""
-    entry = [str(a) for a in spec["argv"]]
     argv = [
         sys.executable, "-m", "torch.distributed.run",
         f"--nnodes={int(spec['nnodes'])}", f"--nproc-per-node={int(spec['nproc_per_node'])}",
@@ -130,11 +129,7 @@ def torchrun_argv(spec: dict[str, Any], *, is_host: bool) -> list[str]:
          f"is_host={'1' if is_host else '0'}"),
         "--max-restarts=0", "--monitor-interval=0.5", f"--shutdown-timeout={float(spec['shutdown_timeout_s']):g}",
     ]
-    if entry and Path(entry[0]).name in PYTHON_NAMES and len(entry) > 1:
-        entry = entry[1:]  # torchrun runs scripts (and -m modules) with its own interpreter
-    else:
-        argv.append("--no-python")
-    return argv + entry
+    return argv + torchrun_entry(spec["argv"])
 
 
 def _private_address() -> str:

@@ -139,7 +139,7 @@ def figures_table(view: RunView, *, now: float | None = None) -> Table:
     table.add_column(style="bold")
     table.add_column()
     for label, value in figures(view, now=now):
-        table.add_row(label, value)
+        table.add_row(label, escape(value))  # plain text: a cause's "[run].max_restarts" is not markup
     return table
 
 

@@ -13,7 +13,7 @@ import pytest
 from planner.cli import main
 from runtime.control import detach
 from runtime.control.queue_held import read as read_queue_held
-from tests.run.helpers import HEADER, processes_of, queue_job_toml
+from tests.run.helpers import HEADER, digits_entrypoint, processes_of, queue_job_toml
 
 pytestmark = pytest.mark.ddp
 
@@ -83,6 +83,25 @@ def _held_in_use(root: Path, names: list[str]) -> list[tuple[float, int]]:
             "SELECT COUNT(DISTINCT launch_id || '/' || node) FROM intervals WHERE purchase = 'reserved_held'").fetchone()[0]
         assert ledger_held == len(held_nodes)  # every held node billed is one the events show
     return sorted(changes, key=lambda c: (c[0], c[1]))  # a release at the same instant comes first
+
+
+def test_a_queue_with_a_job_its_nodes_cannot_run_is_refused_before_the_first_job_starts(
+    tmp_path: Path, capsys,
+) -> None:
+    """Job b's script is not there: found now, not when its slot comes after job a has run."""
+    catalog = tmp_path / "catalog.csv"
+    catalog.write_text(HEADER + "\naws,us-east-1,,g4dn.xlarge,T4,1,16,4,16,0.526,0.16,,,0.0,,2026-11-30,test\n")
+    broken = _job("b", SLOT_HOURS).replace(json.dumps(digits_entrypoint(STEPS))[1:-1], '"python", "trian.py"')
+    assert "trian.py" in broken
+    queue = tmp_path / "queue.toml"
+    queue.write_text(f'name = "q"\nslot_hours = {SLOT_HOURS}\nhorizon_slots = 50\n[purchase]\nallow = ["on_demand"]\n'
+                     + _job("a", 0) + broken)
+    root = tmp_path / "runs"
+    rc = main(["run", str(queue), "--catalog", str(catalog), "--run-dir", str(root), "--time-scale", str(TIME_SCALE)])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert f"{queue} job[1]: [run].entrypoint runs 'trian.py', which is not a file in" in err
+    assert not root.exists()  # neither job started
 
 
 def test_jobs_running_side_by_side_never_use_more_held_nodes_than_the_queue_holds(tmp_path: Path) -> None:

@@ -37,6 +37,20 @@ def test_status_of_one_run_as_a_table(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "completed" in out and "1,000 / 1,000 steps (100.0%)" in out and "1 preemption, 1 re-plan" in out
 
 
+def test_status_prints_a_cause_with_brackets_as_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture) -> None:
+    """A cause names job keys as "[run].max_restarts": the terminal must not take "[run]" for a style."""
+    from runtime.control.run_state import load_state, save_state
+
+    run_dir = finished_run(tmp_path)
+    state = load_state(run_dir)
+    state.status, state.cause = "failed", "workers exited (l-2-n0: 1) (failed 2 times; [run].max_restarts = 1)"
+    save_state(run_dir, state)
+    monkeypatch.setenv("COLUMNS", "300")
+    assert main(["status", str(run_dir)]) == 0
+    assert "failed: workers exited (l-2-n0: 1) (failed 2 times; [run].max_restarts = 1)" in capsys.readouterr().out
+
+
 def test_status_lists_every_run_of_the_default_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture) -> None:
     runs = tmp_path / "runs"

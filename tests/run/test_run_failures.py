@@ -56,6 +56,42 @@ def test_a_crashing_worker_is_retried_then_fails_the_run_with_its_cause(tmp_path
     assert processes_of(str(tmp_path / "run")) == []
 
 
+def test_the_cause_is_the_first_failing_ranks_error_not_its_peers(tmp_path: Path) -> None:
+    """Rank 1 fails too, on the connection rank 0's crash broke, and says so later in the log: the
+    cause a user reads is rank 0's bug, with the log to read on."""
+    job = write_job(tmp_path / "job.toml", entrypoint=[sys.executable, str(WORKERS / "peer_crash.py")], nproc=2,
+                    max_restarts=0)
+    catalog = write_catalog(tmp_path / "catalog.csv")
+    rc = main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(tmp_path / "run"),
+               "--time-scale", "30"])
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert rc == 1 and summary["status"] == "failed", summary
+    [launch] = summary["launches"]
+    log = tmp_path / "run" / "launches" / launch["launch_id"] / f"{launch['launch_id']}-n0.log"
+    assert "Connection closed" in log.read_text()  # rank 1's error is in the log, after rank 0's
+    assert "rank 0: RuntimeError: bad batch shape [3, 32] for a model of width 64" in summary["cause"], summary
+    assert f"(log: {log})" in summary["cause"]
+    assert processes_of(str(tmp_path / "run")) == []
+
+
+def test_an_entrypoint_whose_script_is_not_there_is_refused_before_anything_is_billed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The usual first-run slip: `planner run` started outside the project, so every launch would fail."""
+    project = tmp_path / "project"
+    (project / "jobs").mkdir(parents=True)
+    (project / "train.py").write_text("print('training')\n")
+    job = write_job(project / "jobs" / "job.toml", entrypoint=["python", "train.py"], nproc=1)
+    catalog = write_catalog(tmp_path / "catalog.csv")
+    monkeypatch.chdir(tmp_path)
+    rc = main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "[run].entrypoint runs 'train.py', which is not a file in" in err
+    assert "start `planner run` in that directory" in err and str(project) in err
+    assert not (tmp_path / "run").exists()  # nothing written, nothing launched
+
+
 def test_a_node_that_never_joins_times_the_rendezvous_out(tmp_path: Path) -> None:
     job = write_job(tmp_path / "job.toml", entrypoint=[sys.executable, str(WORKERS / "sleeper.py")], nproc=1,
                     max_restarts=0, max_nodes=2)

@@ -178,7 +178,8 @@ def test_cli_refuses_bad_options_before_starting(tmp_path: Path, capsys, argv: l
 
 def test_an_infeasible_job_ends_without_launching(tmp_path: Path, capsys) -> None:
     catalog = write_catalog(tmp_path / "catalog.csv")
-    job = write_job(tmp_path / "job.toml", entrypoint=["python", "train.py"], budget_usd=0.0001)
+    (tmp_path / "train.py").write_text("")  # never run: nothing is launched
+    job = write_job(tmp_path / "job.toml", entrypoint=["python", str(tmp_path / "train.py")], budget_usd=0.0001)
     run_dir = tmp_path / "run"
     assert main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(run_dir), "--json"]) == 1
     summary = json.loads((run_dir / "summary.json").read_text())
