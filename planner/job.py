@@ -272,7 +272,9 @@ class Run(_Section):
     # Any name: providers are found at run time through the danlu.providers entry points, so a
     # new cloud needs no change here (`planner run` lists the installed ones for a wrong name).
     provider: str = Field(default="local", pattern=r"^[a-z][a-z0-9_-]{0,39}$")
-    nproc_per_node: int = Field(default=1, ge=1, le=64)
+    # torchrun's --nproc-per-node. None: one process per GPU of the planned instance where the nodes
+    # are real machines (the quote counts every GPU of a node), 1 on the local provider.
+    nproc_per_node: int | None = Field(default=None, ge=1, le=64)
     checkpoint_dir: str | None = None
     checkpoint_region: str | None = Field(
         default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$",

@@ -42,6 +42,7 @@ _SHOWN = {
     "preemption": "preempted: {pool} cools down; interruption estimate {prior_rate}/h -> {interruption_rate}/h",
     "phase_end": "phase end: {pool} is left for the rest of the run after {hours} h, at step {step}",
     "failure": "failure {failures} of {max_restarts} allowed: {cause}",
+    "gpus_unmatched": "launch {launch}: {message}",
     "budget_cap": "budget cap: {reason}",
     "recovered": "recovered after a controller restart: released {stale_nodes}",
     "run_end": "run ended: {status}",

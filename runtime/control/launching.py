@@ -18,6 +18,7 @@ from runtime.tracking.launch import launch_env as tracking_env
 from runtime.training import contract
 
 if TYPE_CHECKING:
+    from planner.job import JobSpec
     from runtime.control.controller import Controller
 
 
@@ -51,8 +52,9 @@ def _provision_and_follow(controller: Controller, pool: Pool, count: int, launch
         controller.held_lease.give_back()
         events.emit("provision_failed", launch=launch_id, pool=pool.label(count), reason=str(exc))
         return LaunchEnd(contract.Outcome.FAILED, f"{pool.label(count)}: {exc}", no_capacity=True)
+    processes = processes_per_node(controller.job, pool, remote=provider.remote)
     record = LaunchRecord(
-        launch_id=launch_id, pool=pool, nodes=count, world_size=count * controller.job.run.nproc_per_node,
+        launch_id=launch_id, pool=pool, nodes=count, world_size=count * processes,
         start_step=start_step, provisioned_at=controller.clock.sim(nodes[0].provisioned_at),
         hosts=[n.to_dict() for n in nodes],
     )
@@ -66,15 +68,30 @@ def _provision_and_follow(controller: Controller, pool: Pool, count: int, launch
     provider.wait_ready(nodes, timeout_s=controller.tuning.rdzv_timeout_s)
     controller.workers.forget_requests()
     rdzv_id = uuid.uuid4().hex
-    nodes = provider.run(nodes, _launch_spec(controller, launch_id, rdzv_id, pool))
+    nodes = provider.run(nodes, _launch_spec(controller, launch_id, rdzv_id, pool, processes))
     record.hosts = [n.to_dict() for n in nodes]
     controller.save()
     events.emit("launch", launch=launch_id, pool=record.label(), world_size=record.world_size,
                 rdzv_id=rdzv_id, start_step=start_step)
+    if provider.remote and processes != pool.gpus_per_node:
+        events.emit("gpus_unmatched", launch=launch_id, message=(
+            f"[run].nproc_per_node = {processes} on {pool.instance_type}, which has {pool.gpus_per_node} GPU(s) a "
+            + ("node: GPUs the plan counts on stay idle" if processes < pool.gpus_per_node
+               else "node: processes share GPUs")
+            + "; leave nproc_per_node out to run one process per GPU"))
     return following.follow(controller, record, nodes)
 
 
-def _launch_spec(controller: Controller, launch_id: str, rdzv_id: str, pool: Pool) -> LaunchSpec:
+def processes_per_node(job: JobSpec, pool: Pool, *, remote: bool) -> int:
+    """torchrun's --nproc-per-node for a launch on ``pool``: ``[run].nproc_per_node`` where the job sets
+    it; else one process per GPU of the instance where the nodes are real machines (``remote``: the
+    quote's throughput counts every GPU of a node), and one on this machine, which has none to match."""
+    if job.run.nproc_per_node is not None:
+        return job.run.nproc_per_node
+    return pool.gpus_per_node if remote else 1
+
+
+def _launch_spec(controller: Controller, launch_id: str, rdzv_id: str, pool: Pool, processes: int) -> LaunchSpec:
     state, job, tuning = controller.state, controller.job, controller.tuning
     scale = state.time_scale
     mtbf = None
@@ -86,7 +103,7 @@ def _launch_spec(controller: Controller, launch_id: str, rdzv_id: str, pool: Poo
         restart_s=job.overheads.restart_minutes * 60 / scale, pg_timeout_s=60.0,
     )
     return LaunchSpec(
-        launch_id=launch_id, entrypoint=tuple(job.run.entrypoint), nproc_per_node=job.run.nproc_per_node,
+        launch_id=launch_id, entrypoint=tuple(job.run.entrypoint), nproc_per_node=processes,
         rdzv_id=rdzv_id, env={**terms.to_env(), **tracking_env(job, controller.run_dir)}, cwd=state.cwd,
         log_dir=controller.run_dir / "launches" / launch_id,
         rdzv_timeout_s=tuning.rdzv_timeout_s, shutdown_timeout_s=tuning.shutdown_timeout_s,

@@ -420,6 +420,7 @@ _SHOWN = {
     "preemption": "preempted at step {step}: {pool} cools down; interruptions/h {prior_rate} -> {interruption_rate}",
     "phase_end": "phase end at step {step}: {pool} is left after {hours} h",
     "failure": "failure {failures} of {max_restarts} allowed: {cause}",
+    "gpus_unmatched": "launch {launch}: {message}",
     "budget_cap": "budget cap: {reason}",
     "recovered": "recovered after a controller restart (released {stale_nodes})",
     "run_end": "ended: {status}",

@@ -84,7 +84,7 @@ def new_run(tmp: Path, *, plan: dict[str, Any] | None = None, chaos: tuple[str, 
             run_dir: Path | None = None, **job: Any) -> Path:
     """The run directory (default ``tmp/run``) of a fresh run of a 300-step job on the four-pool test catalog."""
     catalog = write_catalog(tmp / "catalog.csv")
-    job_path = write_job(tmp / "job.toml", entrypoint=["python", "train.py"], nproc=1, **job)
+    job_path = write_job(tmp / "job.toml", entrypoint=["python", "train.py"], **{"nproc": 1, **job})
     plan_path = None
     if plan is not None:
         plan_path = tmp / "plan.json"

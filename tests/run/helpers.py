@@ -38,7 +38,7 @@ def write_catalog(path: Path, rows=CATALOG_ROWS) -> Path:
 
 
 def write_job(
-    path: Path, *, entrypoint: list[str], steps: int = 300, nproc: int = 2, deadline_hours: float = 1.5,
+    path: Path, *, entrypoint: list[str], steps: int = 300, nproc: int | None = 2, deadline_hours: float = 1.5,
     budget_usd: float = 5.0, speed: float = 0.85, max_restarts: int = 1, restart_minutes: float = 5.0,
     allow: tuple[str, ...] = ("spot", "on_demand"), extra: str = "", max_nodes: int = 1,
 ) -> Path:
@@ -66,7 +66,7 @@ restart_minutes = {restart_minutes}
 [run]
 entrypoint = {json.dumps(entrypoint)}
 provider = "local"
-nproc_per_node = {nproc}
+{"" if nproc is None else f"nproc_per_node = {nproc}"}
 max_restarts = {max_restarts}
 {extra}
 """)

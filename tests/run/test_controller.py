@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from runtime.accounting.ledger import Ledger, LedgerError
+from runtime.control.events import read_events
 from runtime.control.run_state import load_state, raise_budget, save_state
 from runtime.providers.fake import FakeProvider, Reclaim
 from runtime.training.store import CheckpointStore
@@ -479,3 +480,38 @@ def test_a_launch_reclaimed_without_a_word_keeps_the_pace_its_workers_last_repor
     assert first["units_per_hour"] == pytest.approx(SPEED * 3600, rel=0.05)
     state = load_state(run.run_dir)
     assert state.live is None and state.measured is not None and state.measured.steps > 250
+
+
+class _CloudFake(FakeProvider):
+    remote = True  # nodes that are real machines, with the GPUs their instance type has
+
+
+@pytest.mark.parametrize(("nproc", "world_size", "said"), [(None, 4, False), (4, 4, False), (1, 1, True)])
+def test_a_cloud_node_runs_one_process_per_gpu_of_the_planned_instance_unless_the_job_says(
+    tmp_path: Path, nproc: int | None, world_size: int, said: bool,
+) -> None:
+    """The quote counts all 4 GPUs of a g4dn.12xlarge: one process a node would leave 3 idle, paid for."""
+    from runtime.control.clock import ManualClock
+    from runtime.control.controller import Controller
+
+    run_dir = new_run(tmp_path, plan=phase("on_demand", hourly_usd=3.912, instance_type="g4dn.12xlarge",
+                                           gpus_per_node=4), nproc=nproc)
+    state = load_state(run_dir)
+    controller = Controller.open(run_dir, tuning=TUNING, provider=_CloudFake.scripted(script()),
+                                 clock=ManualClock(state.origin, state.time_scale))
+    summary = controller.run()
+    events = read_events(run_dir / "events.jsonl")
+    [launch] = [e for e in events if e["event"] == "launch"]
+    assert summary["status"] == "completed" and "g4dn.12xlarge" in launch["pool"]
+    assert launch["world_size"] == world_size and summary["launches"][0]["world_size"] == world_size
+    unmatched = [e["message"] for e in events if e["event"] == "gpus_unmatched"]
+    assert unmatched == (["[run].nproc_per_node = 1 on g4dn.12xlarge, which has 4 GPU(s) a node: GPUs the plan "
+                          "counts on stay idle; leave nproc_per_node out to run one process per GPU"] if said else [])
+
+
+def test_on_this_machine_a_node_runs_one_process_unless_the_job_says(tmp_path: Path) -> None:
+    run = start_run(tmp_path, script(), plan=phase("on_demand", hourly_usd=3.912, instance_type="g4dn.12xlarge",
+                                                   gpus_per_node=4), nproc=None)
+    summary = run.run()
+    assert summary["status"] == "completed" and summary["launches"][0]["world_size"] == 1
+    assert not run.events("gpus_unmatched")  # a simulated node has no GPUs to match
