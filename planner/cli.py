@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -117,7 +118,35 @@ def _error(text: str) -> None:
     Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(text)}")
 
 
+class _MessagesOnly(logging.StreamHandler):
+    """Logging's handler of last resort (what prints a library's warnings when nothing is configured)
+    without the tracebacks it would add: gcsfs, say, logs every failed retry with one, ahead of the
+    one clear error this module prints."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setLevel(logging.WARNING)
+
+    @property  # type: ignore[override]
+    def stream(self):  # the stderr of the moment, as logging's own last resort (tests swap it)
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+    def format(self, record: logging.LogRecord) -> str:
+        ours = record.name.split(".")[0] in ("planner", "pricing", "runtime", "danlu")
+        return f"{record.levelname.lower()}{'' if ours else f' ({record.name})'}: {record.getMessage()}"
+
+
+def quiet_library_tracebacks() -> None:
+    """Warnings and errors that libraries log reach the terminal as one line each, never a traceback."""
+    logging.lastResort = _MessagesOnly()
+
+
 def main(argv: list[str] | None = None) -> int:
+    quiet_library_tracebacks()
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):

@@ -27,6 +27,8 @@ from runtime.errors import RuntimeFailure
 __all__ = ["OWNER_FILE", "CheckpointDirTaken", "Claim", "claim"]
 
 OWNER_FILE = "danlu-owner.json"
+_CREDENTIALS = (" from this machine (the cloud SDK's credentials: AWS_PROFILE or `aws configure`, "
+                "`gcloud auth application-default login`, `az login`; see docs/providers.md)")
 
 
 class CheckpointDirTaken(RuntimeFailure):
@@ -69,10 +71,11 @@ def claim(checkpoint_dir: str, *, run_dir: str, job: str) -> Claim:
             return Claim(shown, new=True)
         except FileExistsError:
             pass
-    except OSError as exc:
+    except Exception as exc:  # noqa: BLE001 -- each object store's SDK has its own (NoCredentialsError, ...)
         raise CheckpointDirTaken(
             f"{checkpoint_dir}: cannot use it as the checkpoint directory ({type(exc).__name__}: {exc}). To fix: "
-            "make it writable, or set another [run].checkpoint_dir."
+            f"make it writable{_CREDENTIALS if '://' in checkpoint_dir else ''}, or set another "
+            "[run].checkpoint_dir."
         ) from None
     owner = _read(fs, record, shown)
     if owner.run_dir != run_dir:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -63,3 +66,35 @@ def test_a_checkpoint_dir_that_cannot_be_made_is_refused_with_the_fix(tmp_path) 
     (tmp_path / "a-file").write_text("")
     with pytest.raises(CheckpointDirTaken, match="make it writable"):
         claim(str(tmp_path / "a-file" / "ckpt"), run_dir="/runs/a", job="a")
+
+
+def test_a_cloud_checkpoint_dir_without_credentials_is_one_error_with_the_fix(tmp_path) -> None:
+    """boto3 finds no credentials: its NoCredentialsError is no OSError, and came out as a traceback."""
+    from tests.clouds.aws_job import write_catalog as write_aws_catalog
+    from tests.clouds.aws_job import write_job as write_aws_job
+    from tests.clouds.aws_job import write_project
+
+    project = write_project(tmp_path / "project")
+    job = write_aws_job(tmp_path / "job.toml", bucket="no-such-bucket", steps=10, sleep=0)
+    catalog = write_aws_catalog(tmp_path / "catalog.csv")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE=str(tmp_path / "none"),
+               AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"), AWS_DEFAULT_REGION="us-east-1",
+               AWS_ENDPOINT_URL="http://127.0.0.1:9")  # were credentials found after all, nothing leaves the machine
+    done = subprocess.run([sys.executable, "-m", "planner.cli", "run", str(job), "--catalog", str(catalog),
+                           "--run-dir", str(tmp_path / "run")], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "s3://no-such-bucket/ckpt: cannot use it as the checkpoint directory (NoCredentialsError" in done.stderr
+    assert "the cloud SDK's credentials" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_what_a_library_logs_reaches_the_terminal_as_one_line_without_its_traceback() -> None:
+    code = ("import logging\nfrom planner.cli import quiet_library_tracebacks\nquiet_library_tracebacks()\n"
+            "try:\n    1 / 0\nexcept ZeroDivisionError:\n    logging.getLogger('gcsfs').exception('out of retries')\n"
+            "logging.getLogger('runtime.control.controller').error('the end state could not be written')\n"
+            "logging.getLogger('gcsfs').info('not shown')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stderr == "error (gcsfs): out of retries\nerror: the end state could not be written\n"
