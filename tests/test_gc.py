@@ -399,3 +399,14 @@ def test_json_is_one_document_and_the_messages_go_to_stderr(tmp_path: Path, clou
     assert main(["gc", "--runs-dir", str(runs), "--json", "--yes"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["dry_run"] is False and doc["deleted"] == ["i-ended"] and clouds["mema"].deleted == ["i-ended"]
+
+
+def test_a_cloud_that_could_not_be_asked_is_not_reported_free_of_orphans(tmp_path: Path, clouds, capsys) -> None:
+    runs = _runs(tmp_path)
+    clouds["memb"].fail = "AuthFailure: the security token is invalid"
+    assert main(["gc", "--runs-dir", str(runs)]) == 1
+    out = capsys.readouterr().out
+    assert "no orphaned instances on mema" in out and "no orphaned instances\n" not in out
+    clouds["mema"].fail = "AuthFailure: expired"
+    assert main(["gc", "--runs-dir", str(runs)]) == 1
+    assert "no cloud could be asked: nothing is known of their instances" in capsys.readouterr().out

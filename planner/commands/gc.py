@@ -116,7 +116,11 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if kept:
         console.print(f"kept {len(kept)} instance(s): {_kept_why(kept)}")
     if not orphans:
-        console.print("no orphaned instances")
+        answered = [name for name in clouds if name not in failed]
+        # A cloud that could not be asked may hold orphans: "none" would say it was checked.
+        console.print("no orphaned instances" if not failed else
+                      f"no orphaned instances on {', '.join(answered)}" if answered else
+                      "no cloud could be asked: nothing is known of their instances")
     elif not args.yes:
         more = (" --any-home" if args.any_home else "") + (f" --runs-dir {escape(str(args.runs_dir))}"
                                                            if args.runs_dir else "")

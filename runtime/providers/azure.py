@@ -522,8 +522,20 @@ class AzureProvider(CloudProvider):
 
     @classmethod
     def parse_options(cls, options: Mapping[str, Any]) -> AzureOptions:
+        """What a run and `planner gc` both read; gc has no job, so no resource group or subnet (it lists the
+        subscription and deletes by VM id), which only a run needs (:meth:`check_options`)."""
         parsed = super().parse_options(options)
         assert isinstance(parsed, AzureOptions)
+        parsed.subscription()  # fails now, naming the fix, rather than at the first call
+        return parsed
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        cls._placed(cls.parse_options(options))
+
+    @staticmethod
+    def _placed(parsed: AzureOptions) -> None:
+        """A run creates VMs: it needs the group they go in and the subnet their NICs join."""
         missing = [key for key in ("resource_group", "subnet_id") if getattr(parsed, key) is None]
         if missing:
             raise ProviderError(
@@ -531,8 +543,6 @@ class AzureProvider(CloudProvider):
                           f"({AzureOptions.model_fields[key].description})" for key in missing)
                 + ". To fix: add them to the job's [run.options] table (docs/providers-azure.md)."
             )
-        parsed.subscription()  # fails now, naming the fix, rather than at the first create
-        return parsed
 
     @classmethod
     def compute(cls, options: CloudOptions | Mapping[str, Any] | None = None) -> AzureCompute:
