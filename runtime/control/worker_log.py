@@ -7,7 +7,7 @@ is up), among the tracebacks of the peers that failed because it did ("Connectio
 peer"). So the telling line is the root-cause rank's exception where its output is marked, else
 the first exception the workers raised, else the signal that killed the rank (SIGKILL: the
 kernel's out-of-memory killer, most often), else the workers' own output before torchrun's report:
-a line that reads as an error (``python: can't open file``), else the last thing they said
+the last line that reads as an error (``python: can't open file``), else the last thing they said
 (``sys.exit("no data at ...")`` prints no traceback).
 """
 
@@ -62,7 +62,7 @@ def failure_cause(text: str) -> str | None:
     said = _worker_output(lines)
     telling = [line for line in said if any(w in line for w in _ERROR_WORDS)]
     if telling:
-        return _clip(telling[0])
+        return _clip(telling[-1])  # the nearest the exit: earlier ones may be notes ("no checkpoint found")
     return _clip(f"its last output: {said[-1]}") if said else None
 
 

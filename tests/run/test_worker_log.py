@@ -50,6 +50,13 @@ def test_the_exception_of_a_chained_traceback_is_the_first_one_raised() -> None:
     assert failure_cause(text) == "KeyError: 'lr'"
 
 
+def test_without_a_traceback_the_error_nearest_the_exit_is_the_cause() -> None:
+    text = ("no checkpoint found in /ckpt, starting from step 0\nstep 100 loss 0.31\n"
+            "fatal: shard /data/train-7.tar not found\n"
+            "E1207 13:21:09.811000 2638 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1)\n")
+    assert failure_cause(text) == "fatal: shard /data/train-7.tar not found"
+
+
 def test_a_long_line_is_clipped_and_an_empty_log_says_nothing() -> None:
     cause = failure_cause("Traceback (most recent call last):\n  File \"t.py\", line 1\nValueError: " + "x" * 999)
     assert cause is not None and len(cause) == MAX_CHARS and cause.endswith("…")
