@@ -58,8 +58,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "every node and follow it: on an interruption notice the workers checkpoint at once, the node is "
             "released and the job is re-planned with the work, budget and deadline that remain. Everything is "
             "recorded in the run directory (events.jsonl, ledger.sqlite, state.json, summary.json); "
-            "`planner run --resume DIR` continues a run whose controller was killed or that was cancelled "
-            "(Ctrl-C, `planner cancel`), and `planner run --resume QUEUE_RUN` finishes a queue's jobs. "
+            "`planner run --resume DIR` continues a run whose controller was killed, that was cancelled "
+            "(Ctrl-C, `planner cancel`) or that failed (once its cause is fixed), and "
+            "`planner run --resume QUEUE_RUN` finishes a queue's jobs. "
             "With --detach the controller runs in the background: follow it with "
             "`planner logs DIR --follow`, stop it with `planner cancel DIR`. One controller per run directory. "
             "See docs/run.md."
@@ -73,15 +74,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "first phase the job's constraints rule out, is refused")
     p.add_argument("--run-dir", metavar="DIR", help="where the run keeps its files (default runs/<job>-<time>)")
     p.add_argument("--resume", metavar="RUN_DIR",
-                   help="continue the run in RUN_DIR after its controller died or it was cancelled "
-                        "(from its last committed checkpoint); a queue's run directory finishes every job of "
-                        "the queue as it was scheduled")
+                   help="continue the run in RUN_DIR after its controller died, it was cancelled or it failed "
+                        "(from its last committed checkpoint, with [run].max_restarts retries anew); a queue's run "
+                        "directory finishes every job of the queue as it was scheduled")
     p.add_argument("--detach", action="store_true",
                    help="start the controller (for a queue: the queue's process) in the background and return "
                         "at once (its output goes to RUN_DIR/controller.log; see `planner logs`, `planner cancel`, "
                         "`planner status`)")
     p.add_argument("--budget-usd", type=float, metavar="USD",
-                   help="with --resume: a larger budget, to finish a run the hard budget cap stopped")
+                   help="with --resume: a larger budget, to finish a run the hard budget cap stopped (or one "
+                        "cancelled, failed or still running)")
     p.add_argument("--provider", metavar="NAME",
                    help="where nodes come from: a provider registered under the danlu.providers entry points "
                         "(default: the job's [run].provider; an unknown name lists the registered ones)")
@@ -137,8 +139,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     from runtime.control import detach, queue_held
     from runtime.control.chaos import parse_chaos
     from runtime.control.controller import Controller, Tuning
-    from runtime.control.run_start import new_state, preflight
-    from runtime.control.run_state import load_state, raise_budget, reopen_cancelled
+    from runtime.control.run_start import new_state, preflight, preflight_resume
+    from runtime.control.run_state import check_budget_value, load_state, raise_budget, reopen_stopped
     from runtime.errors import RuntimeFailure
 
     # The controller reads checkpoints through fsspec; the nodes it starts need torch.
@@ -160,18 +162,24 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             from planner.commands.run_queue import resume_queue_command
 
             return resume_queue_command(args, console, tuning)
+        if args.budget_usd is not None:
+            check_budget_value(args.budget_usd)
         load_state(run_dir)  # no run there: say so before anything else
         # One controller per run: refused here (exit 2) while another holds the run's lock, and
         # taken before the state changes, so two resumes cannot both reopen it.
         lock = detach.ControllerLock(run_dir).acquire()
         try:
+            # Its script gone: refused before it is reopened.
+            preflight_resume(run_dir, load_state(run_dir), new_budget=args.budget_usd is not None)
             queue = queue_held.read(run_dir)
             if queue is not None:
                 queue_lock = queue_held.lock_queue(run_dir.parent, queue.queue)
             if args.budget_usd is not None:
                 raise_budget(run_dir, args.budget_usd)
-            if reopen_cancelled(run_dir) is not None:
-                console.print(f"continuing the cancelled run from step {load_state(run_dir).steps}")
+            if (ended := reopen_stopped(run_dir)) is not None:
+                status, cause = ended
+                console.print(f"continuing the {status} run from step {load_state(run_dir).steps}"
+                              + (f" (it ended: {cause})" if status == "failed" and cause else ""), soft_wrap=True)
             if args.detach:
                 lock.release()  # the background controller takes both
                 if queue_lock is not None:

@@ -20,10 +20,12 @@ import datetime as dt
 import html
 import io
 import logging
+import math
 from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid
 
 from runtime.accounting.alerts import Alert, AlertKind, RunOutcome
+from runtime.accounting.forecast import Forecast
 
 __all__ = ["body_lines", "chart_png", "render", "subject"]
 
@@ -101,11 +103,22 @@ def _ending_rows(alert: Alert) -> list[tuple[str, str]]:
         return rows
     rows.append(("Cost to finish", f"{_usd(fc.remaining_usd)} more for the {fc.remaining_hours:,.1f} h of work "
                                    f"left, {_usd(fc.total_usd)} in total"))
-    if alert.budget_usd and fc.total_usd > alert.budget_usd:
-        rows.append(("To finish", f"raise [constraints].budget_usd to at least {_usd(fc.total_usd)} "
-                                  f"({_usd(fc.total_usd - alert.budget_usd)} more) and resume the run "
-                                  "from its last checkpoint"))
+    budget = alert.budget_usd
+    if budget and (RunOutcome(ended.outcome) is RunOutcome.BUDGET_CAP or fc.total_usd > budget):
+        command = f"`planner run --resume {alert.run_dir or 'RUN_DIR'} --budget-usd {_budget_to_finish(fc, budget)}`"
+        why = (f"{_usd(fc.total_usd - budget)} more than the budget" if fc.total_usd > budget
+               else "the budget, but not the reserve the cap keeps to stop and release the nodes")
+        rows.append(("To finish", f"{command}: the run goes on from its last checkpoint (the work left needs "
+                                  f"{_usd(fc.total_usd)} in all, {why})"))
     return rows
+
+
+def _budget_to_finish(fc: Forecast, budget: float) -> str:
+    """A budget that lets the run finish: the forecast total (the budget, if larger) and a tenth more for
+    the reserve the cap keeps, rounded up to two significant figures."""
+    need = max(fc.total_usd, budget) * 1.1
+    step = 10.0 ** (math.floor(math.log10(need)) - 1)
+    return f"{math.ceil(round(need / step, 9)) * step:.10g}"
 
 
 def _text_block(alert: Alert, lines: list[tuple[str, str]]) -> list[str]:

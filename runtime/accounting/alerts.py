@@ -229,6 +229,7 @@ class Alert:
     ended: RunEnded | None = None
     late: LatePlan | None = None
     thresholds: tuple[float, ...] = field(default=DEFAULT_THRESHOLDS)
+    run_dir: str | None = None  # where the run is, for the commands an alert gives
 
     @property
     def spent_usd(self) -> float:
@@ -246,18 +247,20 @@ class AlertPolicy:
         config: the ``[alerts]`` table.
         run_name: the job's ``name``, used in subjects.
         budget_usd: ``[constraints].budget_usd``; ``None`` disables threshold alerts.
+        run_dir: the run's directory, named in the commands the alerts give.
         min_replan_increase: a re-plan alerts only if it raises the expected total by at
             least this fraction (re-planning noise of a few cents is not news).
     """
 
     def __init__(self, config: AlertsConfig, *, run_name: str, budget_usd: float | None,
-                 min_replan_increase: float = 0.01):
+                 run_dir: str | None = None, min_replan_increase: float = 0.01):
         if budget_usd is not None and (not math.isfinite(budget_usd) or budget_usd <= 0):
             raise AlertConfigError(f"budget_usd={budget_usd!r} must be positive for budget alerts; "
                                    "set [constraints].budget_usd")
         self.config = config
         self.run_name = run_name
         self.budget_usd = budget_usd
+        self.run_dir = run_dir
         self.min_replan_increase = min_replan_increase
 
     def evaluate(self, snapshot: LedgerSnapshot, forecast: Forecast | None = None,
@@ -300,7 +303,8 @@ class AlertPolicy:
                headline: str, **extra: object) -> Alert:
         extra.setdefault("covers", (key,))
         return Alert(key=key, kind=kind, run_name=self.run_name, headline=headline, budget_usd=self.budget_usd,
-                     snapshot=snapshot, forecast=forecast, thresholds=self.config.thresholds, **extra)
+                     snapshot=snapshot, forecast=forecast, thresholds=self.config.thresholds, run_dir=self.run_dir,
+                     **extra)
 
     def _threshold_alert(self, kind: AlertKind, figure: float, snapshot: LedgerSnapshot,
                          forecast: Forecast | None, sent: set[str]) -> Alert | None:

@@ -145,7 +145,8 @@ class Controller:
         config = alerts.AlertsConfig.from_mapping(
             {k: v for k, v in job.alerts.model_dump().items() if v is not None}, source=state.job_path
         )
-        self.alert_policy = alerts.AlertPolicy(config, run_name=job.name, budget_usd=job.constraints.budget_usd)
+        self.alert_policy = alerts.AlertPolicy(config, run_name=job.name, budget_usd=job.constraints.budget_usd,
+                                               run_dir=str(Path(run_dir).resolve()))
         self.outbox = Mailer(config, run_dir / "outbox")
         self.deadline_at = (
             state.origin + job.constraints.deadline_hours * 3600 if job.constraints.deadline_hours else None
@@ -180,6 +181,13 @@ class Controller:
         """
         run_dir = Path(run_dir)
         state = load_state(run_dir)
+        if state.status == "budget_cap":
+            raise RunStateError(f"{run_dir}: the run stopped at its budget cap. To fix: continue it with a larger "
+                                f"budget, `planner run --resume {run_dir} --budget-usd USD`.")
+        if state.status == "infeasible":
+            raise RunStateError(f"{run_dir}: the run ended because no plan fit ({state.cause}). A larger budget may "
+                                f"fit one: `planner run --resume {run_dir} --budget-usd USD`; a later deadline needs "
+                                "a new run.")
         if state.status != "running":
             raise RunStateError(f"{run_dir}: the run already ended ({state.status}); nothing to resume.")
         clock = clock or WallClock(state.origin, state.time_scale)
@@ -236,7 +244,8 @@ class Controller:
                 self.finish("completed")
             while self.state.status == "running":
                 if self.state.pool is None:
-                    planning.choose_pool(self, preempted=None, reason="start")
+                    reason = "resume" if self.state.launches else "start"
+                    planning.choose_pool(self, preempted=None, reason=reason)
                     continue
                 launch_end.after(self, launching.launch_and_follow(self))
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM from `planner cancel` (detach.Cancelled)

@@ -148,15 +148,14 @@ def after(controller: Controller, end: LaunchEnd) -> None:
         _preempted(controller, state.launches[-1])
     else:
         state.failures += 1
+        failures = state.failures - state.failures_before_reopen  # what max_restarts allows for
         limit = controller.job.run.max_restarts
         launch = state.launches[-1].launch_id if state.launches and not end.no_capacity else None
-        controller.events.emit("failure", launch=launch, cause=end.reason, failures=state.failures,
-                               max_restarts=limit)
+        controller.events.emit("failure", launch=launch, cause=end.reason, failures=failures, max_restarts=limit)
         if end.permanent:
             controller.finish("failed", end.reason)
-        elif state.failures > limit:
-            controller.finish("failed", f"{end.reason} (failed {state.failures} times; [run].max_restarts "
-                                         f"= {limit})")
+        elif failures > limit:
+            controller.finish("failed", f"{end.reason} (failed {failures} times; [run].max_restarts = {limit})")
         elif not end.no_capacity and _same_startup_failure(controller):
             controller.finish("failed", f"{end.reason} (the same start-up failure twice: a retry would repeat it)")
         elif end.no_capacity:

@@ -51,7 +51,7 @@ from runtime.control.queue_held import QueueHeld, lock_queue
 from runtime.control.queue_held import write as write_queue_held
 from runtime.control.queue_record import QUEUE_FILE, JobToRun, QueueRunRecord
 from runtime.control.run_start import new_state, preflight
-from runtime.control.run_state import STATE_FILE, SUMMARY_FILE, load_state, reopen_cancelled
+from runtime.control.run_state import STATE_FILE, SUMMARY_FILE, load_state, reopen_stopped
 from runtime.errors import RuntimeFailure
 
 
@@ -170,7 +170,7 @@ def _run_jobs(record: QueueRunRecord, run_root: Path, tuning: Tuning,
                 if state.status not in ("running", "cancelled"):
                     results[job.name] = outcome | _outcome(run_dir, state.status, state.cause)
                     return
-                state = reopen_cancelled(run_dir) or state
+                reopen_stopped(run_dir)
             else:
                 start_s = record.start_hours(job) * 3600.0 / held_record.time_scale
                 if stop.wait(held_record.origin + start_s - wall()):

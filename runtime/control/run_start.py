@@ -152,6 +152,29 @@ def preflight(job: JobSpec, job_path: Path, provider: str, *, source: str | None
         raise RunStateError(f"{source}: {problem}")
 
 
+def preflight_resume(run_dir: Path, state: RunState, *, new_budget: bool) -> None:
+    """Refuse, before it is reopened, a resume whose next launch would fail at step 0: the run's script is
+    gone from the directory it started in. Let through what launches nothing now: a run still holding a
+    launch (its controller died; the resume first recovers that launch), and one that ended for good or,
+    without ``new_budget``, for want of budget (refused where it is opened, with the fix).
+
+    Raises:
+        RunStateError: the script is missing, or not what the nodes can run.
+    """
+    if state.status == "running" and state.current is not None:
+        return
+    if state.status == "completed" or (state.status in ("budget_cap", "infeasible") and not new_budget):
+        return
+    try:
+        cls = registry.load(state.provider)
+    except registry.ProviderUnavailable:  # refused where the run is opened, with the fix
+        return
+    job = state.job_spec()
+    if cls.runs_entrypoint and (problem := entrypoint.missing_script(
+            job.run.entrypoint, Path(state.cwd), bundled=cls.remote or cls.delegates, resuming=True)):
+        raise RunStateError(f"{run_dir}: {problem}")
+
+
 def new_state(
     *, job_path: Path, job: JobSpec, run_dir: Path, catalog: str | None, provider: str, time_scale: float,
     policy: str, chaos: list[str], plan_path: Path | None = None, use_cache: bool = True,

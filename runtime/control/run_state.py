@@ -50,9 +50,10 @@ __all__ = [
     "RunState",
     "RunStateError",
     "Throughput",
+    "check_budget_value",
     "load_state",
     "raise_budget",
-    "reopen_cancelled",
+    "reopen_stopped",
     "save_state",
     "validation_errors",
     "write_private",
@@ -217,6 +218,8 @@ class RunState(_Model):
     preemptions: Count = 0
     replans: Count = 0
     failures: Count = 0
+    # The failures before a failed run was reopened (`--resume`): [run].max_restarts counts the ones after it.
+    failures_before_reopen: Count = 0
     lost_steps: Count = 0
     steps: Count = 0
     measured: Throughput | None = None
@@ -416,24 +419,31 @@ def load_state(run_dir: str | Path) -> RunState:
     return RunState.from_json(text, source=str(path))
 
 
+REOPENABLE = ("cancelled", "failed")  # what --resume reopens (a run stopped by the cap takes --budget-usd)
+
+
+def check_budget_value(budget_usd: float) -> None:
+    """Refuse a --budget-usd that is not a positive number of USD."""
+    if not (math.isfinite(budget_usd) and budget_usd > 0):
+        raise RunStateError(f"--budget-usd {budget_usd:g} must be a positive number of USD. To fix: pass e.g. "
+                            "--budget-usd 50.")
+
+
 def raise_budget(run_dir: str | Path, budget_usd: float) -> RunState:
-    """Reopen a run that the hard budget cap stopped, with a larger ``budget_usd``.
+    """Give a run that has not completed a larger ``budget_usd``: one the hard budget cap stopped, or that
+    found no plan within its budget, is reopened; one cancelled or failed is reopened by
+    :func:`reopen_stopped` after this.
 
     The run resumes from its last checkpoint; alerts already sent stay sent.
 
     Raises:
-        RunStateError: the run did not stop at its budget cap, or the new budget is not a number larger
-            than the old one; the state is left as it was.
+        RunStateError: the run completed, or the new budget is not a number larger than the old one; the
+            state is left as it was.
     """
-    if not (math.isfinite(budget_usd) and budget_usd > 0):
-        raise RunStateError(f"--budget-usd {budget_usd:g} must be a positive number of USD. To fix: pass e.g. "
-                            "--budget-usd 50.")
+    check_budget_value(budget_usd)
     state = load_state(run_dir)
-    if state.status not in ("budget_cap", "running"):
-        raise RunStateError(
-            f"{run_dir}: the run ended {state.status!r}, not at its budget cap; --budget-usd only reopens a run "
-            "stopped by the cap (or raises the budget of one still running)."
-        )
+    if state.status == "completed":
+        raise RunStateError(f"{run_dir}: the run ended 'completed'; there is nothing left to spend a budget on.")
     old = state.job.get("constraints", {}).get("budget_usd")
     if old is not None and budget_usd <= old:
         raise RunStateError(f"--budget-usd {budget_usd:g} must be larger than the run's budget ({old:g} USD).")
@@ -442,21 +452,30 @@ def raise_budget(run_dir: str | Path, budget_usd: float) -> RunState:
     except ValidationError as exc:
         raise RunStateError(
             f"--budget-usd {budget_usd:g}: {validation_errors(exc)}; the run was left as it was.") from None
-    state.status, state.cause = "running", None
+    if state.status in ("budget_cap", "infeasible"):
+        state.set_pool(None, None)  # re-planned with the budget now left
+        state.status, state.cause = "running", None
     save_state(run_dir, state)
     return state
 
 
-def reopen_cancelled(run_dir: str | Path) -> RunState | None:
-    """Reopen a run stopped by Ctrl-C or ``planner cancel``, so ``--resume`` continues it from its
-    last committed checkpoint (from step 0 when none committed); None when it was not cancelled.
+def reopen_stopped(run_dir: str | Path) -> tuple[str, str | None] | None:
+    """Reopen a run stopped by Ctrl-C or ``planner cancel``, or one that failed (a bug in the training
+    script since fixed, a cloud API that kept erring), so ``--resume`` continues it from its last committed
+    checkpoint (from step 0 when none committed). Returns the status and cause it ended with; None when
+    it ended otherwise.
 
-    Its nodes were released when it was cancelled and its ledger is closed, so nothing is billed
-    twice: the resumed run plans, provisions and bills afresh from now.
+    Its nodes were released when it ended and its ledger is closed, so nothing is billed twice: the
+    resumed run plans, provisions and bills afresh from now. A failed run gets [run].max_restarts
+    retries anew.
     """
     state = load_state(run_dir)
-    if state.status != "cancelled":
+    if state.status not in REOPENABLE:
         return None
+    ended = (state.status, state.cause)
+    if state.status == "failed":
+        state.failures_before_reopen = state.failures
     state.status, state.cause = "running", None
+    state.set_pool(None, None)  # re-planned from where it stands now: the time and budget left, the prices
     save_state(run_dir, state)
-    return state
+    return ended

@@ -28,12 +28,14 @@ def torchrun_entry(entrypoint: Sequence[str]) -> list[str]:
     return ["--no-python", *entry]
 
 
-def missing_script(entrypoint: Sequence[str], cwd: Path, *, bundled: bool, job_dir: Path | None = None) -> str | None:
+def missing_script(entrypoint: Sequence[str], cwd: Path, *, bundled: bool, job_dir: Path | None = None,
+                   resuming: bool = False) -> str | None:
     """Why the nodes would not find the entrypoint's script, with the fix; None when they would, or when
     it runs no file of the working directory (a ``-m`` module, a command on PATH, a path on the node).
 
     ``bundled``: the nodes run the code bundle of ``cwd`` (:mod:`runtime.providers.bundle`), which
-    leaves out what ``.gitignore`` ignores.
+    leaves out what ``.gitignore`` ignores. ``resuming``: a run that keeps the entrypoint and the
+    directory it started with, so the fix is to put the script back.
     """
     entry = torchrun_entry(entrypoint)
     no_python = entry[0] == "--no-python"
@@ -46,6 +48,9 @@ def missing_script(entrypoint: Sequence[str], cwd: Path, *, bundled: bool, job_d
     target = path if path.is_absolute() else cwd / path
     if not target.is_file():
         where = "" if path.is_absolute() else f" in {cwd}, where `planner run` was started and the workers run"
+        if resuming:
+            return (f"[run].entrypoint runs {script!r}, which is no longer a file{where}. To fix: put it back "
+                    "there (a resumed run keeps the entrypoint and the directory it started with).")
         hint = ""
         if job_dir is not None and not path.is_absolute():
             # The usual slip: started from elsewhere than the project the job file belongs to.

@@ -85,6 +85,8 @@ def figures(view: RunView, *, now: float | None = None) -> list[tuple[str, str]]
     recoveries = [_count(view.preemptions, "preemption"), _count(view.replans, "re-plan"),
                   _count(view.failures, "failure")]
     rows.append(("Recoveries", ", ".join(recoveries)))
+    if (resume := _resume_text(view)) is not None:
+        rows.append(("Continue", resume))
     if view.alerts_sent:
         rows.append(("Alerts sent", ", ".join(view.alerts_sent)))
     if view.alerts_queued:
@@ -107,6 +109,19 @@ def _status_text(view: RunView, now: float | None) -> str:
         if quiet > QUIET_AFTER_S:
             text += f" (if its controller died, continue it with {resume})"
     return text
+
+
+def _resume_text(view: RunView) -> str | None:
+    """How a stopped run goes on from its last checkpoint (`planner run --resume`); None for the others."""
+    resume = f"`planner run --resume {view.run_dir}`"
+    where = f"from step {view.steps:,}, its last checkpoint, re-planned from where it stands"
+    if view.status == "cancelled":
+        return f"{resume} ({where})"
+    if view.status == "failed":
+        return f"fix the cause, then {resume} ({where}, with [run].max_restarts retries anew)"
+    if view.status == "budget_cap":
+        return f"{resume[:-1]} --budget-usd USD` with a larger budget ({where})"
+    return None
 
 
 def _forecast_rows(view: RunView) -> list[tuple[str, str]]:

@@ -34,7 +34,7 @@ class Controller:
         config = AlertsConfig(email=("ml-team@example.com",), smtp_url=f"smtp://127.0.0.1:{port}")
         self.ledger = Ledger(run_dir)
         self.mailer = Mailer(config, run_dir / "outbox", env={}, retry_initial_s=0.1)
-        self.policy = AlertPolicy(config, run_name="gpt-7b", budget_usd=BUDGET)
+        self.policy = AlertPolicy(config, run_name="gpt-7b", budget_usd=BUDGET, run_dir=str(run_dir))
 
     def tick(self, hours, events=(), remaining_hours=None):
         now = T0 + hours * HOUR
@@ -109,4 +109,11 @@ def test_each_alert_arrives_exactly_once_with_its_figures(tmp_path, smtp_servers
     assert float(by_key["run-ended"]["X-Danlu-Spent-USD"]) == pytest.approx(final_spent, abs=0.005)
     assert re.search(rf"Cost to finish: +\${100 * left:,.2f} more for the {left:,.1f} h of work left, "
                      rf"\${final_spent + 100 * left:,.2f} in total", final)
-    assert "raise [constraints].budget_usd to at least" in final
+    # The command that finishes the run, for a reader who has only the email.
+    total = final_spent + 100 * left
+    finish = re.search(rf"To finish: +`planner run --resume {re.escape(str(tmp_path))} --budget-usd ([0-9.]+)`: "
+                       rf"the run goes on from its last checkpoint \(the work left needs \${total:,.2f} in all, "
+                       rf"\${total - BUDGET:,.2f} more than the budget\)", final)
+    assert finish is not None, final
+    # Room for the cap's reserve on top of the forecast, rounded up to two significant figures.
+    assert 1.1 * total <= float(finish[1]) < 1.1 * total * 1.1

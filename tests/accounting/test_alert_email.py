@@ -42,14 +42,15 @@ def test_budget_stop_email_says_what_remains_and_what_finishing_costs(tmp_path):
         r"Outcome: +budget_cap: checkpoint step 1200",
         r"Remaining work: +5\.0 h at \$65\.54/h = \$327\.70",
         r"Cost to finish: +\$327\.70 more for the 5\.0 h of work left, \$781\.09 in total",
-        r"To finish: +raise \[constraints\]\.budget_usd to at least \$781\.09 \(\$181\.09 more\)",
+        r"To finish: +`planner run --resume RUN_DIR --budget-usd 860`: the run goes on from its last checkpoint "
+        r"\(the work left needs \$781\.09 in all, \$181\.09 more than the budget\)",
         r"aws:us-west-2:p4d\.24xlarge +on_demand +7\.0 node-h +\$229\.39",
         r"aws:us-east-1:p4d\.24xlarge +spot +20\.0 node-h +\$224\.00",
     ]
     for pattern in expected:
         assert re.search(pattern, text), pattern
     html = parts(msg)["text/html"].get_content()
-    for figure in ["$453.39", "$781.09", "$327.70", "budget_usd to at least $781.09", "$229.39", "$224.00"]:
+    for figure in ["$453.39", "$781.09", "$327.70", "--budget-usd 860`: the run goes on", "$229.39", "$224.00"]:
         assert figure in html
 
 

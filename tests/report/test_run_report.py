@@ -219,3 +219,22 @@ def test_a_run_stopped_at_its_budget_cap_says_what_finishing_costs(tmp_path: Pat
     assert rows["To finish"] == f"$6.00 more for 2.00 h on the last pool, {usd(view.spent_usd + 6)} in total"
     assert view.eta is None and "ETA" not in rows
     assert view.timeline[-1].text == "ended: budget_cap (stopped before the budget was exceeded)"
+    assert rows["Continue"] == (f"`planner run --resume {view.run_dir} --budget-usd USD` with a larger budget "
+                                "(from step 600, its last checkpoint, re-planned from where it stands)")
+
+
+@pytest.mark.parametrize(("status", "advice"), [("failed", "fix the cause, then `planner run --resume"),
+                                                ("cancelled", "`planner run --resume")])
+def test_a_stopped_run_says_how_it_goes_on_and_a_finished_one_does_not(tmp_path: Path, status: str,
+                                                                       advice: str) -> None:
+    from runtime.control.run_state import save_state
+
+    run = SyntheticRun(tmp_path).started().running()
+    run.state.status, run.state.cause, run.state.active = status, "workers exited", False
+    save_state(run.run_dir, run.state)
+    view = load_run(run.close())
+    continue_row = _rows(view)["Continue"]
+    assert continue_row.startswith(f"{advice} {view.run_dir}`"), continue_row
+    assert f"from step {view.steps:,}, its last checkpoint" in continue_row
+    (tmp_path / "finished").mkdir()
+    assert "Continue" not in _rows(load_run(finished_run(tmp_path / "finished")))

@@ -23,10 +23,10 @@ import pytest
 from planner.cli import main
 from runtime.accounting.ledger import Ledger
 from runtime.control.events import read_events
-from runtime.control.run_state import load_state, reopen_cancelled
+from runtime.control.run_state import RunStateError, load_state, raise_budget, reopen_stopped, save_state
 from runtime.training import contract
 from runtime.training.store import CheckpointStore
-from tests.run.fake_run import open_run, script, start_run
+from tests.run.fake_run import new_run, open_run, script, start_run
 from tests.run.helpers import (
     REPO,
     digits_entrypoint,
@@ -83,7 +83,7 @@ def test_ctrl_c_checkpoints_releases_and_resume_finishes_the_run(tmp_path: Path)
     assert end["status"] == "cancelled" and end["steps"] == committed
     assert json.loads((run.run_dir / "summary.json").read_text())["steps"] == committed
 
-    assert reopen_cancelled(run.run_dir) is not None
+    assert reopen_stopped(run.run_dir) == ("cancelled", "interrupted (Ctrl-C)")
     resumed = open_run(run.run_dir, script(checkpoint_every=1000), at=run.clock.now() + 60)
     summary = resumed.run()
     assert summary["status"] == "completed" and summary["steps"] == 300
@@ -119,12 +119,85 @@ def test_ctrl_c_waits_for_a_checkpoint_as_slow_as_the_writes_the_workers_reporte
         assert committed is not None and committed >= 100
 
 
-def test_only_a_cancelled_run_is_reopened(tmp_path: Path) -> None:
+def test_a_completed_run_is_not_reopened(tmp_path: Path) -> None:
     run = start_run(tmp_path, script())
     assert run.run()["status"] == "completed"
-    assert reopen_cancelled(run.run_dir) is None
+    assert reopen_stopped(run.run_dir) is None
     assert main(["run", "--resume", str(run.run_dir)]) == 2  # "the run already ended (completed)"
     assert load_state(run.run_dir).status == "completed"
+
+
+def test_a_failed_run_resumes_from_its_checkpoint_with_its_retries_anew(tmp_path: Path) -> None:
+    """A bug fixed after the retries ran out: the run continues from its last checkpoint, not from step 0
+    in a new run, and [run].max_restarts allows as many retries again."""
+    run = start_run(tmp_path, script(exits={"l-1": 1, "l-2": 1}), max_restarts=1)
+    failed = run.run()
+    assert failed["status"] == "failed" and "failed 2 times" in failed["cause"], failed
+    committed = CheckpointStore(str(run.run_dir / "ckpt")).latest_step()
+    assert committed is not None and committed > 0
+    assert reopen_stopped(run.run_dir) == ("failed", failed["cause"])
+
+    resumed = open_run(run.run_dir, script(exits={"l-3": 1}), at=run.clock.now() + 60)
+    summary = resumed.run()
+    assert summary["status"] == "completed" and summary["steps"] == 300, summary
+    assert [launch["outcome"] for launch in summary["launches"]] == ["failed", "failed", "failed", "completed"]
+    assert summary["launches"][2]["start_step"] >= committed
+    # Re-planned from where it stands now, not sent back to the pool it failed on unasked.
+    assert [e["trigger"] for e in resumed.events("decision")] == ["resume"]
+    assert [e["reason"].split(";")[0] for e in resumed.events("replan")] == ["resume"]
+    # The third failure is the first of the reopened run's allowance, so l-4 ran.
+    assert [e["failures"] for e in resumed.events("failure")] == [1, 2, 1]
+    assert summary["failures"] == 3
+    assert [e["status"] for e in resumed.events("run_end")] == ["failed", "completed"]
+    _assert_billed_once(run.run_dir)
+
+
+def test_a_larger_budget_goes_with_the_resume_of_a_failed_run_but_not_of_a_completed_one(tmp_path: Path) -> None:
+    run = start_run(tmp_path, script(exits={"l-1": 1}), max_restarts=0)
+    assert run.run()["status"] == "failed"
+    raise_budget(run.run_dir, 9.0)  # as `planner run --resume RUN --budget-usd 9` does, before it reopens
+    assert load_state(run.run_dir).status == "failed"  # reopened by the resume, with max_restarts anew
+    assert reopen_stopped(run.run_dir) is not None
+    resumed = open_run(run.run_dir, script(), at=run.clock.now() + 60)
+    assert resumed.controller.job.constraints.budget_usd == 9.0
+    summary = resumed.run()
+    assert summary["status"] == "completed"
+    with pytest.raises(RunStateError, match="the run ended 'completed'"):
+        raise_budget(run.run_dir, 20.0)
+    assert load_state(run.run_dir).job["constraints"]["budget_usd"] == 9.0
+
+
+def test_a_run_that_found_no_plan_within_its_budget_goes_on_with_a_larger_one(tmp_path: Path, capsys) -> None:
+    run = start_run(tmp_path, script(), budget_usd=0.001)  # the quote's cheapest plan costs more
+    summary = run.run()
+    assert summary["status"] == "infeasible" and summary["launches"] == [], summary
+    capsys.readouterr()
+    assert main(["run", "--resume", str(run.run_dir)]) == 2
+    assert f"`planner run --resume {run.run_dir} --budget-usd USD`" in capsys.readouterr().err
+    raise_budget(run.run_dir, 1.0)
+    resumed = open_run(run.run_dir, script(), at=run.clock.now() + 60)
+    assert resumed.run()["status"] == "completed"
+    assert [e["status"] for e in resumed.events("run_end")] == ["infeasible", "completed"]
+
+
+def test_a_resume_whose_script_is_gone_is_refused_before_the_run_is_reopened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('training')\n")
+    run_dir = new_run(tmp_path)  # provider local, entrypoint python train.py, started in tmp_path
+    state = load_state(run_dir)
+    state.status, state.cause = "failed", "workers exited"
+    save_state(run_dir, state)
+    (tmp_path / "train.py").rename(tmp_path / "train_v2.py")
+    monkeypatch.chdir(tmp_path.parent)  # the workers run where the run started, wherever the resume is typed
+
+    assert main(["run", "--resume", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "[run].entrypoint runs 'train.py', which is no longer a file in" in err and str(tmp_path) in err, err
+    assert "put it back" in err
+    after = load_state(run_dir)
+    assert (after.status, after.cause, after.launches) == ("failed", "workers exited", [])
 
 
 # -- end to end: real torchrun ----------------------------------------------------------------

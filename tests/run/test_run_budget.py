@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import email
 import json
+from email import policy
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ pytestmark = pytest.mark.ddp
 STEPS, SPEED, BUDGET = 3000, 3.4, 0.045
 
 
-def test_the_run_stops_after_a_checkpoint_before_overspending(tmp_path: Path) -> None:
+def test_the_run_stops_after_a_checkpoint_before_overspending(tmp_path: Path, capsys) -> None:
     catalog = write_catalog(tmp_path / "catalog.csv")
     # The plan fits in the budget, but what a launch costs before it trains, plus the reserve for a
     # stop and a release at $0.16/h and 30x -- 10 s each, the shutdown timeout, until measured --
@@ -41,11 +43,16 @@ def test_the_run_stops_after_a_checkpoint_before_overspending(tmp_path: Path) ->
     end = next(e for e in events if e["event"] == "launch_end")
     assert end["outcome"] == "preempted" and end["lost_steps"] == 0
     assert summary["final_checkpoint"] is not None  # the work done so far is kept
-    assert (run_dir / "outbox" / "run-ended.eml").exists()
+    ended_mail = email.message_from_bytes((run_dir / "outbox" / "run-ended.eml").read_bytes(), policy=policy.default)
+    text = ended_mail.get_body(("plain",)).get_content()
+    assert f"planner run --resume {run_dir} --budget-usd" in text, text  # the command that finishes it
     assert processes_of(str(run_dir)) == []
 
     # Resuming with a raised budget finishes the job from the cap's checkpoint.
     stopped_at = summary["steps"]
+    capsys.readouterr()
+    assert main(["run", "--resume", str(run_dir)]) == 2  # the cap would stop it again at once
+    assert f"`planner run --resume {run_dir} --budget-usd USD`" in capsys.readouterr().err
     assert main(["run", "--resume", str(run_dir), "--budget-usd", str(BUDGET / 2)]) == 2  # not larger: refused
     assert main(["run", "--resume", str(run_dir), "--budget-usd", "5"]) == 0
     final = json.loads((run_dir / "summary.json").read_text())

@@ -74,6 +74,33 @@ def test_the_cause_is_the_first_failing_ranks_error_not_its_peers(tmp_path: Path
     assert processes_of(str(tmp_path / "run")) == []
 
 
+def test_a_failed_run_goes_on_with_resume_once_its_bug_is_fixed(tmp_path: Path, capsys) -> None:
+    bug = tmp_path / "BUG"
+    bug.write_text("the data loader's off-by-one\n")
+    steps = 200
+    entrypoint = [sys.executable, str(WORKERS / "fails_until_fixed.py"), str(bug), *digits_entrypoint(steps)[1:]]
+    job = write_job(tmp_path / "job.toml", entrypoint=entrypoint, steps=steps, nproc=1, max_restarts=1)
+    catalog = write_catalog(tmp_path / "catalog.csv")
+    run_dir = tmp_path / "run"
+    assert main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(run_dir), "--time-scale", "30"]) == 1
+    failed = json.loads((run_dir / "summary.json").read_text())
+    assert failed["status"] == "failed" and "the bug recorded in" in failed["cause"], failed
+    capsys.readouterr()
+
+    bug.unlink()
+    assert main(["run", "--resume", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "continuing the failed run from step 0 (it ended: " in out and "the bug recorded in" in out, out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["steps"] == steps, summary
+    assert [launch["outcome"] for launch in summary["launches"]] == ["failed", "failed", "completed"]
+    assert summary["failures"] == 2
+    events = read_events(run_dir / "events.jsonl")
+    assert [e["status"] for e in events if e["event"] == "run_end"] == ["failed", "completed"]
+    assert summary["cost_usd"] == pytest.approx(_billed(events), rel=1e-9)
+    assert processes_of(str(run_dir)) == []
+
+
 def test_an_entrypoint_whose_script_is_not_there_is_refused_before_anything_is_billed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
