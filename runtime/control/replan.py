@@ -277,8 +277,9 @@ def elsewhere_usd_per_hour(job: JobSpec, catalog: Catalog, pool: Pool, nodes: in
     return per_speed * speed * pool.gpus_per_node * nodes
 
 
-CLUSTER_TARGET = "cluster"
-"""A decision to re-plan over everything, the team's cluster included (no purchase option narrowed)."""
+REPLAN_TARGET = "replan"
+"""A decision to re-plan over everything the job allows (no purchase option narrowed): there is nothing
+worth waiting for."""
 
 
 def decide(
@@ -286,16 +287,27 @@ def decide(
     rate_per_hour: float, cooling: frozenset[str], preempted: str | None, memory: PolicyMemory,
     tick_hours: float = 1 / 60,
 ) -> Decision:
-    """Where to run next: the switching policy's answer, except that a job with a team cluster
-    (``[[purchase.cluster]]``) never idles waiting for spot -- the cluster is there whenever its
-    queue lets it, so the MILP re-plans over it and the cloud at once."""
+    """Where to run next: the switching policy's answer, except that a job never idles waiting for spot
+    when it does not buy spot, or when capacity it already has is there to use: a team cluster
+    (``[[purchase.cluster]]``, whenever its queue lets it) or held nodes (``[[purchase.held]]``, at no
+    marginal cost). The MILP then re-plans over them and the cloud at once."""
     decision = _policy_decision(
         policy, job=job, catalog=catalog, elapsed_hours=elapsed_hours, work_done=work_done, work_total=work_total,
         rate_per_hour=rate_per_hour, cooling=cooling, preempted=preempted, memory=memory, tick_hours=tick_hours)
-    if decision.target is None and job.purchase.cluster:
-        return Decision(CLUSTER_TARGET, f"{decision.reason}; but the team's cluster needs no wait: re-plan now",
-                        decision.memory)
+    if decision.target is None and (why := _no_wait(job)) is not None:
+        return Decision(REPLAN_TARGET, f"{decision.reason}; but {why}: re-plan now", decision.memory)
     return decision
+
+
+def _no_wait(job: JobSpec) -> str | None:
+    """Why waiting for spot cannot pay for ``job``, or None when it may."""
+    if "spot" not in job.purchase.allow:
+        return "the job does not buy spot"
+    if job.purchase.cluster:
+        return "the team's cluster needs no wait"
+    if job.purchase.held:
+        return "its held nodes need no wait"
+    return None
 
 
 def _policy_decision(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 import time
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from runtime.control.queue_held import read as read_queue_held
 from tests.run.helpers import HEADER, digits_entrypoint, processes_of, queue_job_toml
 
 pytestmark = pytest.mark.ddp
+
+WORKERS = Path(__file__).parents[1] / "run" / "workers"
 
 STEPS = 20
 SLOT_HOURS = 0.02
@@ -163,3 +166,37 @@ def test_a_detached_queue_runs_in_the_background_and_its_directory_is_not_reused
     assert main(args) == 2  # a second queue in the same directory would overwrite the first one's record
     assert "holds a queue run already" in capsys.readouterr().err
     assert (root / "queue_run.json").read_bytes() == record
+
+
+def test_a_job_of_a_queue_that_failed_goes_on_by_its_own_resume_once_fixed(tmp_path: Path, capsys) -> None:
+    """A resume of the queue leaves a failed job failed (its bug would fail it again): the queue says how
+    that job goes on, and its own resume continues it on the queue's held node."""
+    catalog = tmp_path / "catalog.csv"
+    catalog.write_text(HEADER + "\naws,us-east-1,,g4dn.xlarge,T4,1,16,4,16,0.526,0.16,,,0.0,,2026-11-30,test\n")
+    bug = tmp_path / "BUG"
+    bug.write_text("a shape mismatch\n")
+    digits = json.dumps(digits_entrypoint(STEPS))[1:-1]
+    job = _job("a", 0).replace(digits, f'"{sys.executable}", "{WORKERS / "fails_until_fixed.py"}", "{bug}", '
+                                       + digits.split(", ", 1)[1])
+    assert "fails_until_fixed" in job
+    queue = tmp_path / "queue.toml"
+    queue.write_text(f'name = "q"\nslot_hours = {SLOT_HOURS}\nhorizon_slots = 50\n[purchase]\nallow = ["on_demand"]\n'
+                     '[[reservation]]\ncloud = "aws"\nregion = "us-east-1"\ninstance_type = "g4dn.xlarge"\ncount = 1\n'
+                     + job.replace("[job.run]", "[job.run]\nmax_restarts = 0"))
+    root = tmp_path / "runs"
+    rc = main(["run", str(queue), "--catalog", str(catalog), "--run-dir", str(root), "--time-scale", str(TIME_SCALE)])
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    assert (f"job a failed; once its cause is fixed, `planner run --resume {root / 'a'}` continues it from its "
+            "last checkpoint") in out
+
+    bug.unlink()
+    assert main(["run", "--resume", str(root / "a")]) == 0
+    summary = json.loads((root / "a" / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["steps"] == STEPS, summary
+    assert [launch["outcome"] for launch in summary["launches"]] == ["failed", "completed"]
+    assert all("reserved_held" in launch["pool"] for launch in summary["launches"])  # still the queue's node
+    events = [json.loads(line) for line in (root / "a" / "events.jsonl").read_text().splitlines()]
+    # Re-planned at once onto the idle held node: an on-demand job has no spot to wait for.
+    assert [e["target"] for e in events if e["event"] == "decision"] == ["replan"]
+    assert processes_of(str(root)) == []

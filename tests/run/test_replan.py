@@ -12,6 +12,7 @@ from planner.workload import work_model
 from pricing.embedded_catalog import load_catalog_path
 from pricing.pool import Pool
 from runtime.control.replan import (
+    REPLAN_TARGET,
     Measured,
     ReplanRequest,
     config_rate,
@@ -195,6 +196,21 @@ def test_policy_waits_when_no_spot_is_up_and_the_job_is_ahead(setup) -> None:
     everything = frozenset({AWS_A, GCP, AZURE, AWS_B})
     assert _decide(job, catalog, elapsed=1.0, done=1500, cooling=everything).target is None
     assert _decide(job, catalog, elapsed=5.0, done=600, cooling=everything).target == ON_DEMAND
+
+
+def test_a_job_with_nothing_to_wait_for_is_re_planned_at_once(setup) -> None:
+    """Waiting for spot pays only for a job that buys spot and has no capacity of its own idle."""
+    from planner.job import HeldReservation
+
+    job, catalog = setup
+    everything = frozenset({AWS_A, GCP, AZURE, AWS_B})
+    purchase = job.purchase
+    held = HeldReservation(cloud="aws", region="us-east-1", instance_type="g4dn.xlarge", count=1, until="2099-01-01")
+    for changed, why in [(purchase.model_copy(update={"allow": ("on_demand",)}), "the job does not buy spot"),
+                         (purchase.model_copy(update={"held": (held,)}), "its held nodes need no wait")]:
+        decision = _decide(job.model_copy(update={"purchase": changed}), catalog, elapsed=1.0, done=1500,
+                           cooling=everything)
+        assert decision.target == REPLAN_TARGET and decision.reason.endswith(f"but {why}: re-plan now"), decision
 
 
 def test_without_a_deadline_spot_is_used_whenever_available(tmp_path: Path) -> None:
