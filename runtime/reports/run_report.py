@@ -114,8 +114,8 @@ def _status_text(view: RunView, now: float | None) -> str:
 def _resume_text(view: RunView) -> str | None:
     """How a stopped run goes on from its last checkpoint (`planner run --resume`); None for the others."""
     resume = f"`planner run --resume {view.run_dir}`"
-    start = f"from step {view.steps:,}, its last checkpoint" if view.steps else "from the start (nothing was checkpointed)"
-    where = f"{start}, re-planned from where it stands"
+    start = f"from step {view.steps:,}, its last checkpoint" if view.steps else "from the start: nothing was checkpointed"
+    where = f"{start}; re-planned from where it stands"
     if view.status == "cancelled":
         return f"{resume} ({where})"
     if view.status == "failed":

@@ -220,7 +220,7 @@ def test_a_run_stopped_at_its_budget_cap_says_what_finishing_costs(tmp_path: Pat
     assert view.eta is None and "ETA" not in rows
     assert view.timeline[-1].text == "ended: budget_cap (stopped before the budget was exceeded)"
     assert rows["Continue"] == (f"`planner run --resume {view.run_dir} --budget-usd USD` with a larger budget "
-                                "(from step 600, its last checkpoint, re-planned from where it stands)")
+                                "(from step 600, its last checkpoint; re-planned from where it stands)")
 
 
 @pytest.mark.parametrize(("status", "advice"), [("failed", "fix the cause, then `planner run --resume"),
