@@ -60,6 +60,12 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     if is_queue_run(run_dir):
         return _cancel_queue(run_dir, args.timeout, console)
     state = load_state(run_dir)
+    if state.status != "running" and state.current is not None:
+        console.print(f"{escape(str(run_dir))}: the run ended ({state.status}) but the release of launch "
+                      f"{state.current.launch_id}'s nodes failed: releasing them now", soft_wrap=True)
+        _end_orphan(run_dir, console, leftover=True)
+        _outcome(run_dir, console, hint=False)
+        return 0
     if state.status != "running":
         console.print(f"{escape(str(run_dir))}: the run already ended ({state.status}); nothing to cancel.",
                       soft_wrap=True)
@@ -176,12 +182,14 @@ def _last_event(run_dir: Path) -> str:
     return f"{record.get('event', '?')}" + (f" ({fields})" if fields else "")
 
 
-def _end_orphan(run_dir: Path, console: Console) -> None:
-    """The controller is gone: release what it left through the provider and end the run."""
+def _end_orphan(run_dir: Path, console: Console, *, leftover: bool = False) -> None:
+    """The controller is gone: release what it left through the provider and end the run (``leftover``: a
+    run that ended without its nodes released keeps its status)."""
     from runtime.control import detach
     from runtime.control.controller import Controller
 
-    console.print("the run's controller is gone: releasing its nodes and ending the run here", soft_wrap=True)
+    if not leftover:
+        console.print("the run's controller is gone: releasing its nodes and ending the run here", soft_wrap=True)
     lock = detach.ControllerLock(run_dir)
     deadline = time.monotonic() + LOCK_WAIT_S
     while True:  # a controller killed a moment ago may not have let go of the lock yet
@@ -193,7 +201,7 @@ def _end_orphan(run_dir: Path, console: Console) -> None:
                 raise
             time.sleep(0.2)
     with lock:  # no controller may start on it meanwhile
-        Controller.open(run_dir).cancel("cancelled (planner cancel; its controller was gone)")
+        Controller.open(run_dir, leftover=leftover).cancel("cancelled (planner cancel; its controller was gone)")
 
 
 def _outcome(run_dir: Path, console: Console, *, hint: bool = True) -> None:

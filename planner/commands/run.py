@@ -15,7 +15,7 @@ import signal
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.live import Live
@@ -24,6 +24,9 @@ from rich.table import Table
 
 from planner.job import load_job
 from planner.tables import Column, fitted_table
+
+if TYPE_CHECKING:
+    from runtime.control.controller import Controller
 
 EXIT_NOT_COMPLETED = 1
 
@@ -232,9 +235,14 @@ def _run(args: argparse.Namespace, console: Console) -> int:
                 summary = controller.run()
         except (OSError, sqlite3.Error) as exc:  # the run directory refused a write (read-only, full)
             raise RuntimeFailure(
-                f"{run_dir}: the run directory could not be written ({type(exc).__name__}: {exc}); its nodes were "
-                f"released. To fix: make it writable (and give it room), then `planner run --resume {run_dir}`."
+                f"{run_dir}: the run directory could not be written ({type(exc).__name__}: {exc}); "
+                f"{_released(controller, run_dir)} To fix: make it writable (and give it room), then "
+                f"`planner run --resume {run_dir}`."
             ) from None
+        except RuntimeFailure as exc:  # a cloud API that kept failing, say: the run ended "failed"
+            if controller.state.current is None:
+                raise
+            raise RuntimeFailure(f"{exc}. {_released(controller, run_dir)}") from None
         except KeyboardInterrupt as exc:  # the controller checkpointed, released and wrote the summary
             summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
             _render_summary(summary, console)
@@ -249,6 +257,15 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     else:
         _render_summary(summary, console)
     return 0 if summary["status"] == "completed" else EXIT_NOT_COMPLETED
+
+
+def _released(controller: Controller, run_dir: Path) -> str:
+    """Whether the run's nodes were released when its controller stopped on an error, and if not, the fix."""
+    current = controller.state.current
+    if current is None:
+        return "its nodes were released."
+    return (f"The nodes of launch {current.launch_id} were not released and may still be billed: `planner cancel "
+            f"{run_dir}` releases them (`planner gc` lists what runs left on a cloud).")
 
 
 def detach_run(run_dir: Path, args: argparse.Namespace, console: Console, *, queue: bool = False) -> int:

@@ -167,12 +167,13 @@ class Controller:
              on_event: Callable[[dict[str, Any]], None] | None = None,
              on_progress: Callable[[Progress], None] | None = None,
              provider: ProviderChoice = None, clock: Clock | None = None,
-             held: HeldAllotment | None = None) -> Controller:
+             held: HeldAllotment | None = None, leftover: bool = False) -> Controller:
         """The controller of the run in ``run_dir`` (new, or to resume after a crash).
 
         ``clock`` defaults to the real clock at the run's origin and scale; ``provider`` to
         the registered provider the run state names (see :data:`ProviderChoice`); ``held``
-        is the allotment of held nodes the run shares with the other jobs of its queue.
+        is the allotment of held nodes the run shares with the other jobs of its queue. ``leftover``
+        opens a run that ended still holding a launch (its release failed), for :meth:`cancel` to release.
 
         Raises:
             RunStateError: no run there, it has already ended, or ``clock`` is not the run's.
@@ -181,14 +182,16 @@ class Controller:
         """
         run_dir = Path(run_dir)
         state = load_state(run_dir)
-        if state.status == "budget_cap":
+        if leftover and state.current is not None:
+            pass  # an ended run whose nodes were not released: opened to release them (`planner cancel`)
+        elif state.status == "budget_cap":
             raise RunStateError(f"{run_dir}: the run stopped at its budget cap. To fix: continue it with a larger "
                                 f"budget, `planner run --resume {run_dir} --budget-usd USD`.")
-        if state.status == "infeasible":
+        elif state.status == "infeasible":
             raise RunStateError(f"{run_dir}: the run ended because no plan fit ({state.cause}). A larger budget may "
                                 f"fit one: `planner run --resume {run_dir} --budget-usd USD`; a later deadline needs "
                                 "a new run.")
-        if state.status != "running":
+        elif state.status != "running":
             raise RunStateError(f"{run_dir}: the run already ended ({state.status}); nothing to resume.")
         clock = clock or WallClock(state.origin, state.time_scale)
         clock.pauses = [list(p) for p in state.clock_pauses]
