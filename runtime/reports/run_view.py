@@ -257,6 +257,9 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunView:
         steps = int(summary.get("steps", state.steps))
     else:
         work_done, steps = _committed(job, state, problems)
+    if state.status != "running" and state.current is not None:
+        problems.append(f"the run ended but launch {state.current.launch_id}'s nodes were not released and may still "
+                        f"be billed: `planner cancel {path}` releases them")
     deadline_at = state.origin + job.constraints.deadline_hours * 3600 if job.constraints.deadline_hours else None
     pool = _pool(state)
     segments = tuple(_segment(record, by_launch) for record in state.launches)

@@ -57,6 +57,8 @@ def test_nodes_a_failed_release_left_are_named_released_by_cancel_and_the_run_re
     state = load_state(run_dir)
     assert state.status == "failed" and state.current is not None
     assert processes_of(str(run_dir)), "the workers should still be up: nothing released them"
+    assert main(["status", str(run_dir)]) == 0
+    assert f"may still be billed: `planner cancel {run_dir}` releases them" in " ".join(capsys.readouterr().out.split())
 
     outage["on"] = False  # the API answers again
     monkeypatch.undo()
@@ -66,6 +68,8 @@ def test_nodes_a_failed_release_left_are_named_released_by_cancel_and_the_run_re
     assert processes_of(str(run_dir)) == []
     after = load_state(run_dir)
     assert after.status == "failed" and after.current is None  # released, and still the failure it was
+    assert main(["status", str(run_dir)]) == 0
+    assert "may still be billed" not in capsys.readouterr().out
     with Ledger(run_dir) as ledger:
         assert not ledger.open_intervals()
     committed = store.latest_step()
