@@ -98,6 +98,8 @@ def body_lines(alert: Alert) -> list[tuple[str, str]]:
 def _ending_rows(alert: Alert) -> list[tuple[str, str]]:
     ended = alert.ended
     rows = [("Outcome", RunOutcome(ended.outcome).value + (f": {ended.detail}" if ended.detail else ""))]
+    if (go_on := _go_on(alert)) is not None:
+        rows.append(("To go on", go_on))
     fc = alert.forecast
     if RunOutcome(ended.outcome) is RunOutcome.COMPLETED or fc is None or fc.remaining_hours <= 0:
         return rows
@@ -111,6 +113,19 @@ def _ending_rows(alert: Alert) -> list[tuple[str, str]]:
         rows.append(("To finish", f"{command}: the run goes on from its last checkpoint (the work left needs "
                                   f"{_usd(fc.total_usd)} in all, {why})"))
     return rows
+
+
+def _go_on(alert: Alert) -> str | None:
+    """The command that continues a run that stopped short of the end (but for the budget cap: see
+    "To finish"), for a reader who has only the email."""
+    assert alert.ended is not None
+    resume = f"`planner run --resume {alert.run_dir or 'RUN_DIR'}`"
+    return {
+        RunOutcome.FAILED: f"fix the cause, then {resume}: it goes on from its last checkpoint",
+        RunOutcome.CANCELLED: f"{resume} goes on from its last checkpoint",
+        RunOutcome.INFEASIBLE: f"if the budget fell short, {resume[:-1]} --budget-usd USD` goes on with a larger "
+                               "one; a later deadline needs a new run",
+    }.get(RunOutcome(alert.ended.outcome))
 
 
 def _budget_to_finish(fc: Forecast, budget: float) -> str:

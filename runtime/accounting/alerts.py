@@ -174,6 +174,7 @@ class RunOutcome(str, Enum):
     DEADLINE = "deadline"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    INFEASIBLE = "infeasible"
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,6 +351,7 @@ def _ended_headline(event: RunEnded) -> str:
         RunOutcome.DEADLINE: "the run was stopped at its deadline",
         RunOutcome.FAILED: "the run failed",
         RunOutcome.CANCELLED: "the run was cancelled",
+        RunOutcome.INFEASIBLE: "the run stopped: no plan fits what is left of its budget and deadline",
     }[RunOutcome(event.outcome)]
 
 

@@ -343,7 +343,8 @@ class Controller:
         self.state.cause = cause
         self.save()
         outcome = {"completed": alerts.RunOutcome.COMPLETED, "budget_cap": alerts.RunOutcome.BUDGET_CAP,
-                   "cancelled": alerts.RunOutcome.CANCELLED}.get(status, alerts.RunOutcome.FAILED)
+                   "cancelled": alerts.RunOutcome.CANCELLED,
+                   "infeasible": alerts.RunOutcome.INFEASIBLE}.get(status, alerts.RunOutcome.FAILED)
         self.events.emit("run_end", status=status, cause=cause, steps=self.state.steps)
         self._record_interruptions()
         detail = f"step {self.state.steps}" + (f": {cause}" if cause else "")

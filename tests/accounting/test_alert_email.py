@@ -7,8 +7,10 @@ import re
 from dataclasses import replace
 
 import matplotlib.image
+import pytest
 
 from runtime.accounting.alert_email import render
+from runtime.accounting.alerts import RunEnded, RunOutcome
 from runtime.accounting.ledger import LedgerSnapshot
 
 from .helpers import budget_stop_alert
@@ -86,3 +88,18 @@ def test_html_escapes_names(tmp_path):
     alert = replace(budget_stop_alert(tmp_path), run_name="<b>x</b>")
     html = parts(render(alert, sender="d@example.com", recipients=()))["text/html"].get_content()
     assert "<b>x</b>" not in html and "&lt;b&gt;x&lt;/b&gt;" in html
+
+
+@pytest.mark.parametrize(("outcome", "go_on"), [
+    (RunOutcome.FAILED, "fix the cause, then `planner run --resume /runs/gpt-7b`: it goes on from its last checkpoint"),
+    (RunOutcome.CANCELLED, "`planner run --resume /runs/gpt-7b` goes on from its last checkpoint"),
+    (RunOutcome.INFEASIBLE, "if the budget fell short, `planner run --resume /runs/gpt-7b --budget-usd USD` goes on "
+                            "with a larger one; a later deadline needs a new run"),
+    (RunOutcome.COMPLETED, None),
+])
+def test_a_run_that_stopped_short_names_the_command_that_goes_on(tmp_path, outcome, go_on):
+    alert = budget_stop_alert(tmp_path)
+    alert = replace(alert, ended=RunEnded(outcome, "step 1200"), run_dir="/runs/gpt-7b")
+    text = parts(render(alert, sender="danlu@example.com", recipients=("a@example.com",)))["text/plain"].get_content()
+    lines = [line for line in text.splitlines() if line.startswith("To go on:")]
+    assert lines == ([] if go_on is None else [f"To go on:       {go_on}"]), text
