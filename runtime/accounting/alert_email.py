@@ -92,6 +92,10 @@ def body_lines(alert: Alert) -> list[tuple[str, str]]:
                                   + (f": {alert.late.reason}" if alert.late.reason else "")))
     if alert.ended is not None:
         rows.extend(_ending_rows(alert))
+    if alert.nodes_left is not None:
+        rows.append(("Error", alert.nodes_left.error))
+        rows.append(("To fix", f"`planner cancel {alert.run_dir or 'RUN_DIR'}` releases them once the cloud answers "
+                               "(`planner gc` lists what runs left on a cloud)"))
     return rows
 
 

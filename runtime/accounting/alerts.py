@@ -47,6 +47,7 @@ __all__ = [
     "DEFAULT_THRESHOLDS",
     "Event",
     "LatePlan",
+    "NodesLeft",
     "Replanned",
     "RunEnded",
     "RunOutcome",
@@ -164,6 +165,7 @@ class AlertKind(str, Enum):
     DEADLINE_AT_RISK = "deadline"
     DEADLINE_MISSED = "deadline-missed"
     RUN_ENDED = "run-ended"
+    NODES_LEFT = "nodes-left"
 
 
 class RunOutcome(str, Enum):
@@ -209,7 +211,16 @@ class LatePlan:
         return (self.expected_end - self.deadline_at) / 3600.0
 
 
-Event = Replanned | RunEnded | LatePlan
+@dataclass(frozen=True, slots=True)
+class NodesLeft:
+    """Event: the run stopped but the release of ``launch``'s nodes failed (``error``): they may still be
+    billed until someone releases them."""
+
+    launch: str
+    error: str
+
+
+Event = Replanned | RunEnded | LatePlan | NodesLeft
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +241,7 @@ class Alert:
     ended: RunEnded | None = None
     late: LatePlan | None = None
     thresholds: tuple[float, ...] = field(default=DEFAULT_THRESHOLDS)
+    nodes_left: NodesLeft | None = None
     run_dir: str | None = None  # where the run is, for the commands an alert gives
 
     @property
@@ -298,6 +310,11 @@ class AlertPolicy:
         for event in ended:
             add(self._alert(AlertKind.RUN_ENDED, "run-ended", snapshot, forecast, _ended_headline(event),
                             ended=event))
+        for event in events:
+            if isinstance(event, NodesLeft):
+                add(self._alert(AlertKind.NODES_LEFT, f"nodes-left-{event.launch}", snapshot, forecast,
+                                f"the nodes of launch {event.launch} were not released and may still be billed",
+                                nodes_left=event))
         return alerts
 
     def _alert(self, kind: AlertKind, key: str, snapshot: LedgerSnapshot, forecast: Forecast | None,

@@ -314,11 +314,15 @@ class Controller:
     def _close(self) -> dict[str, Any]:
         error: Exception | None = None
         current = self.state.current
-        try:
-            if current is not None:
+        if current is not None:
+            try:
                 following.release(self, current, current.node_objects(), reason=self.state.status)
-        except Exception as exc:  # the summary must still be written; the error is re-raised after
-            error = exc
+            except Exception as exc:  # the summary must still be written; the error is re-raised after
+                error = exc
+                # Nodes billed with nobody watching: worth an email of its own.
+                alerts.dispatch(self.alert_policy, self.ledger, self.outbox, None,
+                                [alerts.NodesLeft(current.launch_id, f"{type(exc).__name__}: {exc}")],
+                                now=self.clock.now())
         self.held_lease.give_back()  # whatever happened to the launch: the other jobs must not wait on it
         try:
             self.provider.close()

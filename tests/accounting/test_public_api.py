@@ -15,7 +15,8 @@ MODULES = {
                        "LedgerSnapshot", "PoolSpend", "spend_curve"},
     "runtime.accounting.forecast": {"CapDecision", "Forecast", "StopTimings", "cap_decision", "forecast"},
     "runtime.accounting.alerts": {"Alert", "AlertConfigError", "AlertKind", "AlertPolicy", "AlertSink", "AlertsConfig",
-                       "DEFAULT_THRESHOLDS", "Event", "LatePlan", "Replanned", "RunEnded", "RunOutcome", "dispatch"},
+                       "DEFAULT_THRESHOLDS", "Event", "LatePlan", "NodesLeft", "Replanned", "RunEnded", "RunOutcome",
+                       "dispatch"},
     "runtime.accounting.alert_email": {"body_lines", "chart_png", "render", "subject"},
     "runtime.accounting.mailer": {"Mailer", "OutboxEntry", "OutboxStatus", "SmtpTarget"},
 }

@@ -4,7 +4,9 @@ its nodes may still be billed, `planner cancel` releases them once the API answe
 
 from __future__ import annotations
 
+import email
 import json
+from email import policy
 
 import pytest
 
@@ -57,6 +59,13 @@ def test_nodes_a_failed_release_left_are_named_released_by_cancel_and_the_run_re
     state = load_state(run_dir)
     assert state.status == "failed" and state.current is not None
     assert processes_of(str(run_dir)), "the workers should still be up: nothing released them"
+    # An email of its own: nodes billed with nobody watching (the .eml is the delivery without smtp_url).
+    mail = email.message_from_bytes((run_dir / "outbox" / f"nodes-left-{state.current.launch_id}.eml").read_bytes(),
+                                    policy=policy.default)
+    assert mail["Subject"].endswith(f"the nodes of launch {state.current.launch_id} were not released and may still "
+                                    "be billed")
+    text = " ".join(mail.get_body(("plain",)).get_content().split())
+    assert "RequestLimitExceeded" in text and f"`planner cancel {run_dir}` releases them" in text, text
     assert main(["status", str(run_dir)]) == 0
     assert f"may still be billed: `planner cancel {run_dir}` releases them" in " ".join(capsys.readouterr().out.split())
 
