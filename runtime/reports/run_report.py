@@ -122,6 +122,8 @@ def _resume_text(view: RunView) -> str | None:
         return f"fix the cause, then {resume} ({where}, with [run].max_restarts retries anew)"
     if view.status == "budget_cap":
         return f"{resume[:-1]} --budget-usd USD` with a larger budget ({where})"
+    if view.status == "infeasible":
+        return f"if the budget fell short, {resume[:-1]} --budget-usd USD` ({where}); a later deadline needs a new run"
     return None
 
 

@@ -224,7 +224,8 @@ def test_a_run_stopped_at_its_budget_cap_says_what_finishing_costs(tmp_path: Pat
 
 
 @pytest.mark.parametrize(("status", "advice"), [("failed", "fix the cause, then `planner run --resume"),
-                                                ("cancelled", "`planner run --resume")])
+                                                ("cancelled", "`planner run --resume"),
+                                                ("infeasible", "if the budget fell short, `planner run --resume")])
 def test_a_stopped_run_says_how_it_goes_on_and_a_finished_one_does_not(tmp_path: Path, status: str,
                                                                        advice: str) -> None:
     from runtime.control.run_state import save_state
@@ -234,7 +235,7 @@ def test_a_stopped_run_says_how_it_goes_on_and_a_finished_one_does_not(tmp_path:
     save_state(run.run_dir, run.state)
     view = load_run(run.close())
     continue_row = _rows(view)["Continue"]
-    assert continue_row.startswith(f"{advice} {view.run_dir}`"), continue_row
+    assert continue_row.startswith(f"{advice} {view.run_dir}"), continue_row
     assert f"from step {view.steps:,}, its last checkpoint" in continue_row
     (tmp_path / "finished").mkdir()
     assert "Continue" not in _rows(load_run(finished_run(tmp_path / "finished")))
