@@ -92,19 +92,9 @@ def _printer(args: argparse.Namespace, console: Console) -> Callable[[str, dict[
     return event
 
 
-def _job_hint(job: dict[str, Any]) -> str | None:
-    """How a job the queue will not run again goes on by itself (a resume of the queue leaves it as it ended)."""
-    resume = f"`planner run --resume {job['run_dir']}`"
-    if job["status"] == "failed":
-        return f"job {job['job']} failed; once its cause is fixed, {resume} continues it from its last checkpoint"
-    if job["status"] in ("budget_cap", "infeasible"):
-        return (f"job {job['job']} ended {job['status']}; {resume[:-1]} --budget-usd USD` continues it with a "
-                "larger budget")
-    return None
-
-
 def _report(out: dict[str, Any], run_root: Path, args: argparse.Namespace, console: Console) -> int:
     from planner.tables import Column, fitted_table
+    from runtime.reports.queue_view import EndedJob
 
     if args.json:
         print(json.dumps(out, indent=2))
@@ -113,7 +103,9 @@ def _report(out: dict[str, Any], run_root: Path, args: argparse.Namespace, conso
                 for j in out["jobs"]]
         console.print(fitted_table([Column("job"), Column("status"), Column("cost", "right"), Column("hours", "right"),
                                     Column("run directory", drop=1)], rows, width=console.width))
-    hints = [hint for job in out["jobs"] if (hint := _job_hint(job)) is not None]
+    # A resume of the queue leaves these as they ended: each goes on by its own resume.
+    hints = [EndedJob(j["job"], j["status"], j["run_dir"]).hint for j in out["jobs"]
+             if j["status"] in ("failed", "budget_cap", "infeasible")]
     if out["status"] == "cancelled":
         hints.append(f"stopped ({out['stopped_by']}); continue the queue with `planner run --resume {run_root}`")
     for hint in hints:

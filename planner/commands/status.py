@@ -126,6 +126,8 @@ def _print_queue(queue, console: Console, *, label: str | None) -> None:
         text = queue.status
     name = escape(queue.queue) if label is None else f"{escape(queue.queue)} ({escape(label)})"
     console.print(f"queue {name}: {text}", highlight=False, soft_wrap=True)
+    for job in queue.ended:
+        console.print(escape(job.hint), highlight=False, soft_wrap=True)
     prefix = "" if label is None else f"{escape(label)}/"
     for job in queue.not_started:
         due = "starts" if queue.status == "running" else "was due"

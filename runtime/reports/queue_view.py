@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from runtime.control import detach, queue_record
-from runtime.control.run_state import STATE_FILE
+from runtime.control.run_state import STATE_FILE, load_state
+from runtime.errors import RuntimeFailure
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,10 +28,28 @@ class WaitingJob:
 
 
 @dataclass(frozen=True, slots=True)
+class EndedJob:
+    """A job of the queue that ended short of completing and that a resume of the queue leaves as it is."""
+
+    job: str
+    status: str  # failed, budget_cap or infeasible
+    run_dir: str
+
+    @property
+    def hint(self) -> str:
+        """How the job goes on by itself."""
+        resume = f"`planner run --resume {self.run_dir}"
+        if self.status == "failed":
+            return f"job {self.job} failed; once its cause is fixed, {resume}` continues it from its last checkpoint"
+        return f"job {self.job} ended {self.status}; {resume} --budget-usd USD` continues it with a larger budget"
+
+
+@dataclass(frozen=True, slots=True)
 class QueueView:
     """``status``: ``running`` (its process is alive), ``completed``, ``incomplete`` (a job ended
     otherwise), ``cancelled`` (stopped, resumable) or ``stopped`` (its process is gone without
-    finishing: killed, or the machine rebooted; resumable)."""
+    finishing: killed, or the machine rebooted; resumable). Read from the jobs' runs as they stand
+    now, so a job resumed on its own since the queue's process ended counts as it ended then."""
 
     run_dir: Path
     queue: str
@@ -38,13 +57,15 @@ class QueueView:
     pid: int | None
     host: str | None
     not_started: tuple[WaitingJob, ...]
+    ended: tuple[EndedJob, ...]  # the jobs each to go on by its own resume
 
     @property
     def resumable(self) -> bool:
         return self.status in ("cancelled", "stopped")
 
     def to_dict(self) -> dict:
-        return asdict(self) | {"run_dir": str(self.run_dir), "not_started": [asdict(j) for j in self.not_started]}
+        return asdict(self) | {"run_dir": str(self.run_dir), "not_started": [asdict(j) for j in self.not_started],
+                               "ended": [asdict(j) for j in self.ended]}
 
 
 def find_queues(root: Path, *, linked: bool = False) -> list[Path]:
@@ -73,8 +94,13 @@ def load_queue(run_root: Path) -> QueueView:
     waiting = tuple(
         WaitingJob(job.name, job.start_slot, _utc(held.origin + record.start_hours(job) * 3600.0 / held.time_scale))
         for job in record.jobs if not (run_root / job.name / STATE_FILE).exists())
+    jobs = {job.name: _job_status(run_root / job.name) for job in record.jobs}
+    if status != "running" and all(s == "completed" for s in jobs.values()):
+        status = "completed"  # the queue's process left some unfinished; each was resumed on its own since
+    ended = tuple(EndedJob(name, s, str(run_root / name)) for name, s in jobs.items()
+                  if s in ("failed", "budget_cap", "infeasible"))
     return QueueView(run_root, held.queue, status, None if live.record is None else live.record.pid,
-                     None if live.record is None else live.record.host, waiting)
+                     None if live.record is None else live.record.host, waiting, ended)
 
 
 def _outcome(run_root: Path) -> tuple[str, int | None]:
@@ -86,6 +112,15 @@ def _outcome(run_root: Path) -> tuple[str, int | None]:
     except (OSError, ValueError, AttributeError):
         return "stopped", None
     return (status if status in ("completed", "incomplete", "cancelled") else "stopped"), pid
+
+
+def _job_status(run_dir: Path) -> str | None:
+    """How a job's run stands (None: not started, or its state does not read back, as `planner status`
+    says on the run's own line)."""
+    try:
+        return load_state(run_dir).status
+    except RuntimeFailure:
+        return None
 
 
 def _utc(epoch: float) -> str:

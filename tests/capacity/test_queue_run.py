@@ -187,11 +187,24 @@ def test_a_job_of_a_queue_that_failed_goes_on_by_its_own_resume_once_fixed(tmp_p
     rc = main(["run", str(queue), "--catalog", str(catalog), "--run-dir", str(root), "--time-scale", str(TIME_SCALE)])
     out = capsys.readouterr().out
     assert rc == 1, out
-    assert (f"job a failed; once its cause is fixed, `planner run --resume {root / 'a'}` continues it from its "
-            "last checkpoint") in out
+    hint = (f"job a failed; once its cause is fixed, `planner run --resume {root / 'a'}` continues it from its "
+            "last checkpoint")
+    assert hint in out
+    assert main(["status", str(root)]) == 0  # says the same later, from the directory
+    out = capsys.readouterr().out
+    assert "queue q: incomplete" in out and hint in out, out
+    assert main(["status", str(root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["queue"]["ended"] == [
+        {"job": "a", "status": "failed", "run_dir": str(root / "a")}]
 
     bug.unlink()
     assert main(["run", "--resume", str(root / "a")]) == 0
+    capsys.readouterr()
+    assert main(["status", str(root), "--json"]) == 0
+    queue = json.loads(capsys.readouterr().out)["queue"]
+    # queue.json was written when the queue's process ended; the queue stands as its jobs do now
+    assert json.loads((root / "queue.json").read_text())["status"] == "incomplete"
+    assert queue["status"] == "completed" and queue["ended"] == [], queue
     summary = json.loads((root / "a" / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] == STEPS, summary
     assert [launch["outcome"] for launch in summary["launches"]] == ["failed", "completed"]
