@@ -87,6 +87,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--budget-usd", type=float, metavar="USD",
                    help="with --resume: a larger budget, to finish a run the hard budget cap stopped (or one "
                         "cancelled, failed or still running)")
+    p.add_argument("--deadline-in", type=float, metavar="HOURS",
+                   help="with --resume: a new deadline, HOURS of the run's clock from now (later or sooner), to "
+                        "finish a run that ended because no plan met its deadline (or one cancelled, failed or "
+                        "still running)")
     p.add_argument("--provider", metavar="NAME",
                    help="where nodes come from: a provider registered under the danlu.providers entry points "
                         "(default: the job's [run].provider; an unknown name lists the registered ones)")
@@ -143,7 +147,14 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     from runtime.control.chaos import parse_chaos
     from runtime.control.controller import Controller, Tuning
     from runtime.control.run_start import new_state, preflight, preflight_resume
-    from runtime.control.run_state import check_budget_value, load_state, raise_budget, reopen_stopped
+    from runtime.control.reopen import (
+        check_budget_value,
+        check_deadline_value,
+        move_deadline,
+        raise_budget,
+        reopen_stopped,
+    )
+    from runtime.control.run_state import load_state
     from runtime.errors import RuntimeFailure
 
     # The controller reads checkpoints through fsspec; the nodes it starts need torch.
@@ -167,18 +178,23 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             return resume_queue_command(args, console, tuning)
         if args.budget_usd is not None:
             check_budget_value(args.budget_usd)
+        if args.deadline_in is not None:
+            check_deadline_value(args.deadline_in)
         load_state(run_dir)  # no run there: say so before anything else
         # One controller per run: refused here (exit 2) while another holds the run's lock, and
         # taken before the state changes, so two resumes cannot both reopen it.
         lock = detach.ControllerLock(run_dir).acquire()
         try:
             # Its script gone: refused before it is reopened.
-            preflight_resume(run_dir, load_state(run_dir), new_budget=args.budget_usd is not None)
+            preflight_resume(run_dir, load_state(run_dir),
+                             new_terms=args.budget_usd is not None or args.deadline_in is not None)
             queue = queue_held.read(run_dir)
             if queue is not None:
                 queue_lock = queue_held.lock_queue(run_dir.parent, queue.queue)
             if args.budget_usd is not None:
                 raise_budget(run_dir, args.budget_usd)
+            if args.deadline_in is not None:  # after the budget: a run the cap stopped is reopened by that
+                move_deadline(run_dir, args.deadline_in)
             if (ended := reopen_stopped(run_dir)) is not None:
                 status, cause = ended
                 console.print(f"continuing the {status} run from step {load_state(run_dir).steps}"
@@ -195,6 +211,9 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     else:
         if args.budget_usd is not None:
             raise RuntimeFailure("--budget-usd goes with --resume RUN_DIR; for a new run set [constraints] budget_usd")
+        if args.deadline_in is not None:
+            raise RuntimeFailure("--deadline-in goes with --resume RUN_DIR; for a new run set [constraints] "
+                                 "deadline_hours")
         if not args.job:
             raise RuntimeFailure("give a JOB file to run, or --resume RUN_DIR")
         from planner.capacity.queue_spec import is_queue_file

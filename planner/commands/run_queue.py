@@ -55,9 +55,10 @@ def resume_queue_command(args: argparse.Namespace, console: Console, tuning: Any
     from runtime.control import queue_record
     from runtime.control.queue_run import resume_queue
 
-    if args.budget_usd is not None:
-        raise PlannerError(f"{args.resume}: is a queue's run directory; --budget-usd goes with one job "
-                           f"(resume that job's run directory, {args.resume}/JOB)")
+    for flag, given in (("--budget-usd", args.budget_usd), ("--deadline-in", args.deadline_in)):
+        if given is not None:
+            raise PlannerError(f"{args.resume}: is a queue's run directory; {flag} goes with one job "
+                               f"(resume that job's run directory, {args.resume}/JOB)")
     run_root = Path(args.resume)
     if args.detach:
         queue_record.read(run_root)  # a damaged record is named here, not in the background's log

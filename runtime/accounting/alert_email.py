@@ -127,8 +127,8 @@ def _go_on(alert: Alert) -> str | None:
     return {
         RunOutcome.FAILED: f"fix the cause, then {resume}: it goes on from its last checkpoint",
         RunOutcome.CANCELLED: f"{resume} goes on from its last checkpoint",
-        RunOutcome.INFEASIBLE: f"if the budget fell short, {resume[:-1]} --budget-usd USD` goes on with a larger "
-                               "one; a later deadline needs a new run",
+        RunOutcome.INFEASIBLE: f"{resume[:-1]} --budget-usd USD` (a larger budget) or {resume[:-1]} --deadline-in "
+                               "HOURS` (a later deadline, hours from now) goes on from its last checkpoint",
     }.get(RunOutcome(alert.ended.outcome))
 
 

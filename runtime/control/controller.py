@@ -188,9 +188,9 @@ class Controller:
             raise RunStateError(f"{run_dir}: the run stopped at its budget cap. To fix: continue it with a larger "
                                 f"budget, `planner run --resume {run_dir} --budget-usd USD`.")
         elif state.status == "infeasible":
-            raise RunStateError(f"{run_dir}: the run ended because no plan fit ({state.cause}). A larger budget may "
-                                f"fit one: `planner run --resume {run_dir} --budget-usd USD`; a later deadline needs "
-                                "a new run.")
+            raise RunStateError(f"{run_dir}: the run ended because no plan fit ({state.cause}). To fix: continue "
+                                f"it with a larger budget, `planner run --resume {run_dir} --budget-usd USD`, or a "
+                                f"later deadline, `planner run --resume {run_dir} --deadline-in HOURS`.")
         elif state.status != "running":
             raise RunStateError(f"{run_dir}: the run already ended ({state.status}); nothing to resume.")
         clock = clock or WallClock(state.origin, state.time_scale)

@@ -90,14 +90,19 @@ def _replan(controller: Controller, done: float, total: float, purchase: tuple[s
     state, job = controller.state, controller.job
     now = controller.clock.now()
     cooling, refused = state.cooling_at(now), state.refused_at(now)
-    if not state.launches and not state.failures:  # nothing refused or learned yet: the quote
+    hours_left = (controller.deadline_at - now) / 3600 if controller.deadline_at is not None else None
+    if not state.launches and not state.failures and (hours_left is None or hours_left > 0):
+        # Nothing refused or learned yet: the quote, for the time left (a run reopened later has less).
+        if hours_left is not None:
+            job = job.model_copy(update={"constraints": job.constraints.model_copy(
+                update={"deadline_hours": hours_left})})
         return first_plan(job, controller.catalog, now=phases.run_time(now))
     budget = job.constraints.budget_usd
     m = state.measured
     return replan_or_late(ReplanRequest(
         job=_plannable_job(controller), catalog=controller.catalog, work_left=total - done,
         budget_left_usd=budget - controller.ledger.total_usd(now) if budget is not None else None,
-        hours_left=(controller.deadline_at - now) / 3600 if controller.deadline_at is not None else None,
+        hours_left=hours_left,
         restart_hours=job.overheads.restart_minutes / 60,
         measured=Measured(m.gpu, m.gpus, m.units_per_hour, m.steps) if m else None,
         cooling=cooling, refused=refused, rates=dict(state.rates), purchase=purchase,

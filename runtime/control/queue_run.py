@@ -51,7 +51,8 @@ from runtime.control.queue_held import QueueHeld, lock_queue
 from runtime.control.queue_held import write as write_queue_held
 from runtime.control.queue_record import QUEUE_FILE, JobToRun, QueueRunRecord
 from runtime.control.run_start import new_state, preflight
-from runtime.control.run_state import STATE_FILE, SUMMARY_FILE, load_state, reopen_stopped
+from runtime.control.reopen import reopen_stopped
+from runtime.control.run_state import STATE_FILE, SUMMARY_FILE, load_state
 from runtime.errors import RuntimeFailure
 
 

@@ -152,18 +152,19 @@ def preflight(job: JobSpec, job_path: Path, provider: str, *, source: str | None
         raise RunStateError(f"{source}: {problem}")
 
 
-def preflight_resume(run_dir: Path, state: RunState, *, new_budget: bool) -> None:
+def preflight_resume(run_dir: Path, state: RunState, *, new_terms: bool) -> None:
     """Refuse, before it is reopened, a resume whose next launch would fail at step 0: the run's script is
     gone from the directory it started in. Let through what launches nothing now: a run still holding a
     launch (its controller died; the resume first recovers that launch), and one that ended for good or,
-    without ``new_budget``, for want of budget (refused where it is opened, with the fix).
+    without ``new_terms`` (a larger budget or a new deadline), for want of budget or time (refused where it
+    is opened, with the fix).
 
     Raises:
         RunStateError: the script is missing, or not what the nodes can run.
     """
     if state.status == "running" and state.current is not None:
         return
-    if state.status == "completed" or (state.status in ("budget_cap", "infeasible") and not new_budget):
+    if state.status == "completed" or (state.status in ("budget_cap", "infeasible") and not new_terms):
         return
     try:
         cls = registry.load(state.provider)

@@ -19,7 +19,6 @@ Times are simulated POSIX seconds (see :mod:`runtime.control.clock`).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -50,10 +49,7 @@ __all__ = [
     "RunState",
     "RunStateError",
     "Throughput",
-    "check_budget_value",
     "load_state",
-    "raise_budget",
-    "reopen_stopped",
     "save_state",
     "validation_errors",
     "write_private",
@@ -417,65 +413,3 @@ def load_state(run_dir: str | Path) -> RunState:
             f"{path}: no run state here. To fix: pass the run directory of a run started with `planner run`."
         ) from None
     return RunState.from_json(text, source=str(path))
-
-
-REOPENABLE = ("cancelled", "failed")  # what --resume reopens (a run stopped by the cap takes --budget-usd)
-
-
-def check_budget_value(budget_usd: float) -> None:
-    """Refuse a --budget-usd that is not a positive number of USD."""
-    if not (math.isfinite(budget_usd) and budget_usd > 0):
-        raise RunStateError(f"--budget-usd {budget_usd:g} must be a positive number of USD. To fix: pass e.g. "
-                            "--budget-usd 50.")
-
-
-def raise_budget(run_dir: str | Path, budget_usd: float) -> RunState:
-    """Give a run that has not completed a larger ``budget_usd``: one the hard budget cap stopped, or that
-    found no plan within its budget, is reopened; one cancelled or failed is reopened by
-    :func:`reopen_stopped` after this.
-
-    The run resumes from its last checkpoint; alerts already sent stay sent.
-
-    Raises:
-        RunStateError: the run completed, or the new budget is not a number larger than the old one; the
-            state is left as it was.
-    """
-    check_budget_value(budget_usd)
-    state = load_state(run_dir)
-    if state.status == "completed":
-        raise RunStateError(f"{run_dir}: the run ended 'completed'; there is nothing left to spend a budget on.")
-    old = state.job.get("constraints", {}).get("budget_usd")
-    if old is not None and budget_usd <= old:
-        raise RunStateError(f"--budget-usd {budget_usd:g} must be larger than the run's budget ({old:g} USD).")
-    try:
-        state.job = {**state.job, "constraints": {**state.job.get("constraints", {}), "budget_usd": budget_usd}}
-    except ValidationError as exc:
-        raise RunStateError(
-            f"--budget-usd {budget_usd:g}: {validation_errors(exc)}; the run was left as it was.") from None
-    if state.status in ("budget_cap", "infeasible"):
-        state.set_pool(None, None)  # re-planned with the budget now left
-        state.status, state.cause = "running", None
-    save_state(run_dir, state)
-    return state
-
-
-def reopen_stopped(run_dir: str | Path) -> tuple[str, str | None] | None:
-    """Reopen a run stopped by Ctrl-C or ``planner cancel``, or one that failed (a bug in the training
-    script since fixed, a cloud API that kept erring), so ``--resume`` continues it from its last committed
-    checkpoint (from step 0 when none committed). Returns the status and cause it ended with; None when
-    it ended otherwise.
-
-    Its nodes were released when it ended and its ledger is closed, so nothing is billed twice: the
-    resumed run plans, provisions and bills afresh from now. A failed run gets [run].max_restarts
-    retries anew.
-    """
-    state = load_state(run_dir)
-    if state.status not in REOPENABLE:
-        return None
-    ended = (state.status, state.cause)
-    if state.status == "failed":
-        state.failures_before_reopen = state.failures
-    state.status, state.cause = "running", None
-    state.set_pool(None, None)  # re-planned from where it stands now: the time and budget left, the prices
-    save_state(run_dir, state)
-    return ended

@@ -41,7 +41,10 @@ class EndedJob:
         resume = f"`planner run --resume {self.run_dir}"
         if self.status == "failed":
             return f"job {self.job} failed; once its cause is fixed, {resume}` continues it from its last checkpoint"
-        return f"job {self.job} ended {self.status}; {resume} --budget-usd USD` continues it with a larger budget"
+        if self.status == "budget_cap":
+            return f"job {self.job} ended budget_cap; {resume} --budget-usd USD` continues it with a larger budget"
+        return (f"job {self.job} ended infeasible; {resume} --budget-usd USD` or {resume} --deadline-in HOURS` "
+                "continues it with a larger budget or a later deadline")
 
 
 @dataclass(frozen=True, slots=True)

@@ -123,7 +123,8 @@ def _resume_text(view: RunView) -> str | None:
     if view.status == "budget_cap":
         return f"{resume[:-1]} --budget-usd USD` with a larger budget ({where})"
     if view.status == "infeasible":
-        return f"if the budget fell short, {resume[:-1]} --budget-usd USD` ({where}); a later deadline needs a new run"
+        return (f"{resume[:-1]} --budget-usd USD` for a larger budget, or {resume[:-1]} --deadline-in HOURS` for a "
+                f"later deadline ({where})")
     return None
 
 

@@ -93,8 +93,9 @@ def test_html_escapes_names(tmp_path):
 @pytest.mark.parametrize(("outcome", "go_on"), [
     (RunOutcome.FAILED, "fix the cause, then `planner run --resume /runs/gpt-7b`: it goes on from its last checkpoint"),
     (RunOutcome.CANCELLED, "`planner run --resume /runs/gpt-7b` goes on from its last checkpoint"),
-    (RunOutcome.INFEASIBLE, "if the budget fell short, `planner run --resume /runs/gpt-7b --budget-usd USD` goes on "
-                            "with a larger one; a later deadline needs a new run"),
+    (RunOutcome.INFEASIBLE, "`planner run --resume /runs/gpt-7b --budget-usd USD` (a larger budget) or `planner run "
+                            "--resume /runs/gpt-7b --deadline-in HOURS` (a later deadline, hours from now) goes on "
+                            "from its last checkpoint"),
     (RunOutcome.COMPLETED, None),
 ])
 def test_a_run_that_stopped_short_names_the_command_that_goes_on(tmp_path, outcome, go_on):

@@ -359,6 +359,7 @@ def test_a_queue_resume_with_a_damaged_record_or_a_one_job_flag_exits_2(tmp_path
     assert main(["run", "--resume", str(root), "--detach"]) == 2  # named here, not in a background log
     err = capsys.readouterr().err
     assert queue_record.QUEUE_RUN_FILE in err and "Traceback" not in err
-    assert main(["run", "--resume", str(root), "--budget-usd", "9"]) == 2
-    err = capsys.readouterr().err
-    assert "--budget-usd" in err and "queue" in err and "Traceback" not in err
+    for flag, value in (("--budget-usd", "9"), ("--deadline-in", "2")):
+        assert main(["run", "--resume", str(root), flag, value]) == 2
+        err = capsys.readouterr().err
+        assert f"{flag} goes with one job" in err and "Traceback" not in err

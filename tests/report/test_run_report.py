@@ -225,7 +225,7 @@ def test_a_run_stopped_at_its_budget_cap_says_what_finishing_costs(tmp_path: Pat
 
 @pytest.mark.parametrize(("status", "advice"), [("failed", "fix the cause, then `planner run --resume"),
                                                 ("cancelled", "`planner run --resume"),
-                                                ("infeasible", "if the budget fell short, `planner run --resume")])
+                                                ("infeasible", "`planner run --resume")])
 def test_a_stopped_run_says_how_it_goes_on_and_a_finished_one_does_not(tmp_path: Path, status: str,
                                                                        advice: str) -> None:
     from runtime.control.run_state import save_state
@@ -237,5 +237,8 @@ def test_a_stopped_run_says_how_it_goes_on_and_a_finished_one_does_not(tmp_path:
     continue_row = _rows(view)["Continue"]
     assert continue_row.startswith(f"{advice} {view.run_dir}"), continue_row
     assert f"from step {view.steps:,}, its last checkpoint" in continue_row
+    # no plan fit: more budget or more time, whichever it lacked
+    assert ("--budget-usd USD` for a larger budget" in continue_row) == (status == "infeasible")
+    assert ("--deadline-in HOURS` for a later deadline" in continue_row) == (status == "infeasible")
     (tmp_path / "finished").mkdir()
     assert "Continue" not in _rows(load_run(finished_run(tmp_path / "finished")))

@@ -23,7 +23,9 @@ import pytest
 from planner.cli import main
 from runtime.accounting.ledger import Ledger
 from runtime.control.events import read_events
-from runtime.control.run_state import RunStateError, load_state, raise_budget, reopen_stopped, save_state
+from runtime.control.clock import ManualClock
+from runtime.control.reopen import move_deadline, raise_budget, reopen_stopped
+from runtime.control.run_state import RunStateError, load_state, save_state
 from runtime.training import contract
 from runtime.training.store import CheckpointStore
 from tests.run.fake_run import new_run, open_run, script, start_run
@@ -178,6 +180,56 @@ def test_a_run_that_found_no_plan_within_its_budget_goes_on_with_a_larger_one(tm
     resumed = open_run(run.run_dir, script(), at=run.clock.now() + 60)
     assert resumed.run()["status"] == "completed"
     assert [e["status"] for e in resumed.events("run_end")] == ["infeasible", "completed"]
+
+
+def test_a_run_that_found_no_plan_before_its_deadline_goes_on_with_a_later_one(tmp_path: Path, capsys) -> None:
+    run = start_run(tmp_path, script(), deadline_hours=0.05)  # 300 steps take 0.1 h on the one node allowed
+    summary = run.run()
+    assert summary["status"] == "infeasible" and summary["launches"] == [], summary
+    capsys.readouterr()
+    assert main(["run", "--resume", str(run.run_dir)]) == 2
+    assert f"`planner run --resume {run.run_dir} --deadline-in HOURS`" in capsys.readouterr().err
+    # Ten hours of the run's clock later, the new deadline counts from then: 0.05 h is still too soon...
+    later = ManualClock(run.clock.origin, run.clock.scale, at=run.clock.wall() + 10 * 3600 / run.clock.scale)
+    move_deadline(run.run_dir, 0.05, clock=later)
+    state = load_state(run.run_dir)
+    assert state.status == "running" and later.elapsed_hours() >= 10
+    assert state.job["constraints"]["deadline_hours"] == pytest.approx(later.elapsed_hours() + 0.05)
+    again = open_run(run.run_dir, script(), at=later.wall())
+    assert again.run()["status"] == "infeasible"
+    # ... and an hour is enough: the run goes on, planned for the hour it has.
+    move_deadline(run.run_dir, 1.0, clock=again.clock)
+    resumed = open_run(run.run_dir, script(), at=again.clock.wall())
+    summary = resumed.run()
+    assert summary["status"] == "completed" and summary["steps"] == 300, summary
+    assert [e["status"] for e in resumed.events("run_end")] == ["infeasible", "infeasible", "completed"]
+    assert resumed.events("plan")[-1]["expected_hours"] <= 1.0
+
+
+def test_a_new_deadline_is_refused_where_it_cannot_help_and_the_run_is_left_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('training')\n")
+    run_dir = new_run(tmp_path)
+    for status, message in (("budget_cap", "--budget-usd USD --deadline-in 2`"),
+                            ("completed", "there is no deadline left to move")):
+        state = load_state(run_dir)
+        state.status = status
+        save_state(run_dir, state)
+        before = (run_dir / "state.json").read_bytes()
+        assert main(["run", "--resume", str(run_dir), "--deadline-in", "2"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err
+        assert (run_dir / "state.json").read_bytes() == before
+    state = load_state(run_dir)
+    state.status = "budget_cap"
+    save_state(run_dir, state)
+    raise_budget(run_dir, 9.0)  # with a larger budget, as the message says, the deadline goes too
+    move_deadline(run_dir, 2.0)
+    state = load_state(run_dir)
+    assert state.status == "running" and state.job["constraints"]["budget_usd"] == 9.0
+    assert state.job["constraints"]["deadline_hours"] >= 2.0
 
 
 def test_a_resume_whose_script_is_gone_is_refused_before_the_run_is_reopened(

@@ -14,7 +14,8 @@ import pytest
 
 from runtime.accounting.ledger import Ledger, LedgerError
 from runtime.control.events import read_events
-from runtime.control.run_state import load_state, raise_budget, save_state
+from runtime.control.reopen import raise_budget
+from runtime.control.run_state import load_state, save_state
 from runtime.providers.fake import FakeProvider, Reclaim
 from runtime.training.store import CheckpointStore
 from tests.run.fake_run import (

@@ -101,6 +101,29 @@ def test_a_failed_run_goes_on_with_resume_once_its_bug_is_fixed(tmp_path: Path, 
     assert processes_of(str(run_dir)) == []
 
 
+def test_a_run_with_too_little_time_goes_on_with_resume_and_a_later_deadline(tmp_path: Path, capsys) -> None:
+    steps = 40  # 47 s at the job's 0.85 steps/s: no plan fits in 36 s
+    job = write_job(tmp_path / "job.toml", entrypoint=digits_entrypoint(steps), steps=steps, nproc=1,
+                    deadline_hours=0.01)
+    catalog = write_catalog(tmp_path / "catalog.csv")
+    run_dir = tmp_path / "run"
+    assert main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(run_dir), "--time-scale", "60"]) == 1
+    ended = json.loads((run_dir / "summary.json").read_text())
+    assert ended["status"] == "infeasible" and ended["launches"] == [], ended
+    mail = (run_dir / "outbox" / "run-ended.eml").read_text()
+    assert f"planner run --resume {run_dir} --deadline-in HOURS" in mail.replace("=\n", "")
+    capsys.readouterr()
+
+    assert main(["run", "--resume", str(run_dir), "--deadline-in", "2"]) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["steps"] == steps, summary
+    state = json.loads((run_dir / "state.json").read_text())
+    assert 2.0 < state["job"]["constraints"]["deadline_hours"] < 2.0 + summary["hours"]  # two hours from the resume
+    events = read_events(run_dir / "events.jsonl")
+    assert [e["status"] for e in events if e["event"] == "run_end"] == ["infeasible", "completed"]
+    assert processes_of(str(run_dir)) == []
+
+
 def test_an_entrypoint_whose_script_is_not_there_is_refused_before_anything_is_billed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:

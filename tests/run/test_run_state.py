@@ -167,6 +167,7 @@ def test_event_log_survives_a_torn_last_line(tmp_path: Path) -> None:
         (["--provider", "nocloud"], "provider 'nocloud' is not registered; registered providers: "),
         (["--chaos", "when=3s"], "--chaos"),
         (["--chaos", "at=soon"], "not a duration"),
+        (["--deadline-in", "2"], "--deadline-in goes with --resume RUN_DIR"),
     ],
 )
 def test_cli_refuses_bad_options_before_starting(tmp_path: Path, capsys, argv: list[str], message: str) -> None:
@@ -200,16 +201,20 @@ def _no_budget_run(tmp_path: Path) -> Path:
     return tmp_path / "run"
 
 
-@pytest.mark.parametrize("budget", ["-5", "0", "nan"])
-def test_a_resume_with_a_bad_budget_is_refused_and_the_run_stays_resumable(tmp_path: Path, capsys,
-                                                                            budget: str) -> None:
+@pytest.mark.parametrize(("flag", "value"), [
+    *(("--budget-usd", v) for v in ("-5", "0", "nan")),
+    *(("--deadline-in", v) for v in ("-1", "0", "nan", "inf")),
+])
+def test_a_resume_with_a_bad_budget_or_deadline_is_refused_and_the_run_stays_resumable(
+    tmp_path: Path, capsys, flag: str, value: str,
+) -> None:
     from tests.run.fake_run import open_run, script
 
     run_dir = _no_budget_run(tmp_path)
     before = (run_dir / "state.json").read_bytes()
-    assert main(["run", "--resume", str(run_dir), "--budget-usd", budget]) == 2
+    assert main(["run", "--resume", str(run_dir), flag, value]) == 2
     err = capsys.readouterr().err
-    assert "--budget-usd" in err and "positive number" in err and "Traceback" not in err
+    assert f"{flag} {value}" in err and "must be a positive number" in err and "Traceback" not in err
     assert (run_dir / "state.json").read_bytes() == before
     assert open_run(run_dir, script()).run()["status"] == "completed"
 
