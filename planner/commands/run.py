@@ -44,6 +44,7 @@ _SHOWN = {
     "launch_end": "launch {launch}: {outcome} at step {committed_step} ({reason}; {lost_steps} steps lost)",
     "preemption": "preempted: {pool} cools down; interruption estimate {prior_rate}/h -> {interruption_rate}/h",
     "phase_end": "phase end: {pool} is left for the rest of the run after {hours} h, at step {step}",
+    "too_slow": "too slow for the deadline: {pool} {reason}",
     "failure": "failure {failures} of {max_restarts} allowed: {cause}",
     "gpus_unmatched": "launch {launch}: {message}",
     "budget_cap": "budget cap: {reason}",

@@ -28,6 +28,9 @@ after the hours the plan gave it when the plan goes on to another pool, or the t
 left out of the re-plans from then on, and the next pool -- a cloud's -- resumes from that
 checkpoint.
 
+A launch whose measured pace would miss the deadline is left at a checkpoint for a re-plan that
+meets it, when there is one (:mod:`runtime.control.pace`).
+
 When only the deadline stands in the way of a re-plan, the run goes on with the cheapest
 late plan, logs ``deadline_miss`` and alerts; with ``[run].on_deadline_miss = "stop"``
 it ends "infeasible" instead (the preempted launch has already checkpointed).
@@ -42,7 +45,8 @@ its steps live beside it, each a plain function given the controller:
 :mod:`~runtime.control.launching` (provision and start a launch),
 :mod:`~runtime.control.following` (the poll loop, the heartbeat, the release),
 :mod:`~runtime.control.launch_end` (what a launch's end means and what comes next) and
-:mod:`~runtime.control.planning` (the policy's decision and the re-plan), on top of
+:mod:`~runtime.control.planning` (the policy's decision and the re-plan) and
+:mod:`~runtime.control.pace` (a launch too slow for the deadline), on top of
 :mod:`~runtime.control.workers` (status and requests), :mod:`~runtime.control.spend` (billing,
 forecast), :mod:`~runtime.control.held_lease` (a queue's held nodes) and
 :mod:`~runtime.control.trackers`.

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from pricing.pool import CLUSTER
 from runtime.accounting import alerts, forecast
-from runtime.control import planning
+from runtime.control import pace, planning
 from runtime.control.launch_end import LaunchEnd, classify
 from runtime.control.run_state import LaunchRecord, Throughput
 from runtime.control.run_summary import units_per_step
@@ -34,6 +34,8 @@ def follow(controller: Controller, record: LaunchRecord, nodes: list[Node]) -> L
     budget_stop = False
     phase_end_at = planning.phase_end_at(controller, record)
     phase_end = False
+    pace_watch = pace.PaceWatch(controller, record)
+    too_slow = False
     while True:
         statuses = provider.poll(nodes)
         if record.training_at is None:
@@ -75,6 +77,12 @@ def follow(controller: Controller, record: LaunchRecord, nodes: list[Node]) -> L
             phase_end = True
             stop_sent = workers.request("stop", f"{record.pool.id}: its phase of the plan ends ({why}): "
                                                 "checkpoint and move on")
+        elif stop_sent is None and (slow := pace_watch.too_slow()) is not None:
+            too_slow = True
+            events.emit("too_slow", launch=record.launch_id, pool=record.label(), reason=slow.reason,
+                        units_per_hour=round(slow.units_per_hour, 4), hours_needed=round(slow.hours_needed, 4),
+                        hours_left=round(slow.hours_left, 4), move_to=slow.move_to)
+            stop_sent = workers.request("stop", f"too slow for the deadline ({slow.reason}): checkpoint and move")
         if stop_sent is not None and workers.state(record.launch_id) == "preempted":
             break  # the checkpoint is committed: release now rather than pay for the workers' teardown
         ended = any(st.state in (NodeState.EXITED, NodeState.RECLAIMED) for st in statuses)
@@ -96,9 +104,9 @@ def follow(controller: Controller, record: LaunchRecord, nodes: list[Node]) -> L
         node, seen = notice
         provider.acknowledge(node, seen)  # Azure: evict now, the checkpoint is safe
     release(controller, record, nodes, reason="preempted" if notice or reclaimed else
-            "phase end" if phase_end else "launch ended")
+            "phase end" if phase_end else "too slow" if too_slow else "launch ended")
     return classify(controller, record, statuses, reclaimed=reclaimed, budget_stop=budget_stop, notice=notice,
-                    phase_end=phase_end)
+                    phase_end=phase_end, too_slow=too_slow)
 
 
 def _startup_limit_s(controller: Controller) -> float:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from pricing import risk
 from pricing.pool import CLUSTER, HELD
 from runtime.control import planning
-from runtime.control.replan import pool_interruption_rate
+from runtime.control.replan import REPLAN_TARGET, pool_interruption_rate
 from runtime.control.run_state import LaunchRecord
 from runtime.control.run_summary import units_per_step, work_done_units
 from runtime.errors import CheckpointError
@@ -34,11 +34,12 @@ class LaunchEnd:
     checkpoint_kept: bool = True
     permanent: bool = False  # a failure a retry would repeat (the checkpoint storage refuses writes)
     phase_end: bool = False  # stopped at a checkpoint because the pool's phase ended (runtime.control.phases)
+    too_slow: bool = False  # stopped at a checkpoint to move where the deadline is met (runtime.control.pace)
 
 
 def classify(controller: Controller, record: LaunchRecord, statuses: Sequence[NodeStatus], *, reclaimed: bool,
              budget_stop: bool, notice: tuple[Node, Notice] | None, failure: str | None = None,
-             phase_end: bool = False) -> LaunchEnd:
+             phase_end: bool = False, too_slow: bool = False) -> LaunchEnd:
     """The launch's outcome, once its nodes are released; logged (``launch_end``) and kept in the run state."""
     state = controller.state
     status = controller.workers.status(record.launch_id)
@@ -64,20 +65,22 @@ def classify(controller: Controller, record: LaunchRecord, statuses: Sequence[No
     ended = status is not None and status.state != "running"
     reached = status.step if ended and status is not None else _estimate_step(controller, record, status)
     lost = max(0, reached - committed)
-    # A stop the phase's end asked for, honoured with a checkpoint: planned, not a preemption.
-    phase_end = phase_end and outcome is contract.Outcome.PREEMPTED and status is not None \
-        and status.state == "preempted" and notice is None and not reclaimed
-    record.outcome = "phase_end" if phase_end else outcome.value
+    # A stop the plan asked for (its phase ended, or the launch is too slow for the deadline), honoured
+    # with a checkpoint: planned, not a preemption.
+    planned = outcome is contract.Outcome.PREEMPTED and status is not None and status.state == "preempted" \
+        and notice is None and not reclaimed
+    phase_end, too_slow = phase_end and planned, too_slow and planned
+    record.outcome = "phase_end" if phase_end else "too_slow" if too_slow else outcome.value
     record.reason = reason
     controller.events.emit("launch_end", launch=record.launch_id, outcome=record.outcome, reason=reason,
                            committed_step=committed, reached_step=reached, lost_steps=lost,
                            nodes={st.node_id: st.state.value for st in statuses})
-    if outcome is contract.Outcome.PREEMPTED and not budget_stop and not phase_end:
+    if outcome is contract.Outcome.PREEMPTED and not budget_stop and not phase_end and not too_slow:
         state.lost_steps += lost
     controller.save()
     kept = status is not None and status.state == "preempted"  # the stop's checkpoint committed
     return LaunchEnd(outcome, reason, budget_stop=budget_stop, checkpoint_kept=kept, permanent=permanent,
-                     phase_end=phase_end)
+                     phase_end=phase_end, too_slow=too_slow)
 
 
 def _estimate_step(controller: Controller, record: LaunchRecord, status: contract.RunStatus | None) -> int:
@@ -144,6 +147,8 @@ def after(controller: Controller, end: LaunchEnd) -> None:
         controller.finish("completed")
     elif end.phase_end:
         _phase_ended(controller, state.launches[-1])
+    elif end.too_slow:
+        _too_slow(controller, state.launches[-1])
     elif end.outcome is contract.Outcome.PREEMPTED:
         _preempted(controller, state.launches[-1])
     else:
@@ -223,6 +228,19 @@ def _phase_ended(controller: Controller, record: LaunchRecord) -> None:
     state.set_pool(None, None)
     controller.save()
     planning.choose_pool(controller, preempted=None, reason=f"{pool.id}: its phase ended at step {record.end_step}")
+
+
+def _too_slow(controller: Controller, record: LaunchRecord) -> None:
+    """Left at a checkpoint because its pace would miss the deadline (runtime.control.pace): re-plan at once
+    with what it measured. Not the switching policy's call: it judges a preemption's risk, and its answer
+    (on-demand, say) could rule out the plan that meets the deadline."""
+    state = controller.state
+    reason = f"{record.label()} too slow for the deadline at step {record.end_step}"
+    controller.events.emit("decision", policy=state.policy, target=REPLAN_TARGET,
+                           reason="the launch is too slow for the deadline: re-plan now", trigger=reason)
+    state.set_pool(None, None)
+    controller.save()
+    planning.plan_next(controller, purchase=None, reason=reason)
 
 
 def _preempted(controller: Controller, record: LaunchRecord) -> None:

@@ -20,7 +20,7 @@ from runtime.control.replan import (
     first_plan,
     replan_or_late,
 )
-from runtime.control.run_state import LaunchRecord
+from runtime.control.run_state import LaunchRecord, Throughput
 from runtime.control.run_summary import work_done_units
 
 if TYPE_CHECKING:
@@ -52,6 +52,16 @@ def choose_pool(controller: Controller, *, preempted: str | None, reason: str) -
                 purchase = ("on_demand",)
             break
         clock.sleep(clock.real_seconds(TICK_HOURS * 3600))  # wait one tick for spot to come back
+    plan_next(controller, purchase=purchase, reason=reason)
+
+
+def plan_next(controller: Controller, *, purchase: tuple[str, ...] | None, reason: str) -> None:
+    """Re-plan from where the run stands (``purchase``: only pools bought that way, if any fits) and
+    make the plan's first phase the next launch's pool; the run ends ``infeasible`` when nothing fits."""
+    state, job, clock, events = controller.state, controller.job, controller.clock, controller.events
+    done = work_done_units(job, controller.store)
+    total = job.workload.amount
+    last = state.launches[-1] if state.launches else None
     now = clock.now()
     result = _replan(controller, done, total, purchase)
     if result.plan is None and purchase is not None:
@@ -89,7 +99,6 @@ def choose_pool(controller: Controller, *, preempted: str | None, reason: str) -
 def _replan(controller: Controller, done: float, total: float, purchase: tuple[str, ...] | None) -> ReplanResult:
     state, job = controller.state, controller.job
     now = controller.clock.now()
-    cooling, refused = state.cooling_at(now), state.refused_at(now)
     hours_left = (controller.deadline_at - now) / 3600 if controller.deadline_at is not None else None
     if not state.launches and not state.failures and (hours_left is None or hours_left > 0):
         # Nothing refused or learned yet: the quote, for the time left (a run reopened later has less).
@@ -97,17 +106,25 @@ def _replan(controller: Controller, done: float, total: float, purchase: tuple[s
             job = job.model_copy(update={"constraints": job.constraints.model_copy(
                 update={"deadline_hours": hours_left})})
         return first_plan(job, controller.catalog, now=phases.run_time(now))
+    return replan_or_late(replan_request(controller, total - done, purchase=purchase, measured=state.measured))
+
+
+def replan_request(controller: Controller, work_left: float, *, purchase: tuple[str, ...] | None,
+                   measured: Throughput | None) -> ReplanRequest:
+    """What a re-plan solves now: the work, budget and time left, with what the run has learned."""
+    state, job = controller.state, controller.job
+    now = controller.clock.now()
     budget = job.constraints.budget_usd
-    m = state.measured
-    return replan_or_late(ReplanRequest(
-        job=_plannable_job(controller), catalog=controller.catalog, work_left=total - done,
+    m = measured
+    return ReplanRequest(
+        job=_plannable_job(controller), catalog=controller.catalog, work_left=work_left,
         budget_left_usd=budget - controller.ledger.total_usd(now) if budget is not None else None,
-        hours_left=hours_left,
+        hours_left=(controller.deadline_at - now) / 3600 if controller.deadline_at is not None else None,
         restart_hours=job.overheads.restart_minutes / 60,
         measured=Measured(m.gpu, m.gpus, m.units_per_hour, m.steps) if m else None,
-        cooling=cooling, refused=refused, rates=dict(state.rates), purchase=purchase,
+        cooling=state.cooling_at(now), refused=state.refused_at(now), rates=dict(state.rates), purchase=purchase,
         now=phases.run_time(now),
-    ))
+    )
 
 
 def _plannable_job(controller: Controller) -> JobSpec:

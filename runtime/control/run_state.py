@@ -270,12 +270,12 @@ class RunState(_Model):
         on the same GPUs, the running launch included, by how many steps the measurement saw
         (:func:`planner.workload.blend_rate`)."""
         prior = config_rate(job, pool, nodes)
-        m = self._measurement(pool, nodes)
+        m = self.measurement(pool, nodes)
         if m is not None:
             return m.units_per_hour if prior is None else blend_rate(prior, m.units_per_hour, m.steps)
         return prior
 
-    def _measurement(self, pool: Pool, nodes: int) -> Throughput | None:
+    def measurement(self, pool: Pool, nodes: int) -> Throughput | None:
         """What was measured on ``nodes`` of ``pool``'s GPUs: past launches and the running one, pooled."""
         gpus = nodes * pool.gpus_per_node
         parts = [m for m in (self.measured, self.live) if m is not None and m.gpu == pool.gpu and m.gpus == gpus]

@@ -25,6 +25,8 @@ Fault knobs (:class:`FakeScript`), each keyed by launch id (``l-1``, ``l-2``, ..
 * ``save_write_s``: the longest checkpoint write the workers report in their status (None: none);
 * ``stop_s``: how long a stop request takes from being read to its committed checkpoint (the
   stop's own save); training does not advance meanwhile.
+* ``pace``: a launch's workers train at this share of ``steps_per_s`` (slower, or faster, than the
+  job's throughput table says).
 
 The run's chaos plan (``--chaos``) is carried out as by the local provider: one reclaim
 per training spot launch, announced by the cloud's lead time.
@@ -96,6 +98,7 @@ class FakeScript:
     heartbeat_s: float | None = None
     save_write_s: float | None = None
     stop_s: float = 0.0
+    pace: Mapping[str, float] = field(default_factory=dict)  # a launch's speed, as a share of steps_per_s
 
 
 @dataclass
@@ -307,7 +310,8 @@ class FakeProvider(Provider):
 
     def _step_at(self, state: _Launch, at: float) -> int:
         assert state.training_at is not None
-        steps = math.floor((at - state.training_at) * self.script.steps_per_s + 1e-9)
+        speed = self.script.steps_per_s * self.script.pace.get(state.launch_id, 1.0)
+        steps = math.floor((at - state.training_at) * speed + 1e-9)
         return min(self.script.total_steps, state.start_step + steps)
 
     def _inject_chaos(self, state: _Launch) -> None:
