@@ -82,7 +82,7 @@ def follow(controller: Controller, record: LaunchRecord, nodes: list[Node]) -> L
             events.emit("too_slow", launch=record.launch_id, pool=record.label(), reason=slow.reason,
                         units_per_hour=round(slow.units_per_hour, 4), hours_needed=round(slow.hours_needed, 4),
                         hours_left=round(slow.hours_left, 4), move_to=slow.move_to)
-            stop_sent = workers.request("stop", f"too slow for the deadline ({slow.reason}): checkpoint and move")
+            stop_sent = workers.request("stop", f"too slow for the deadline: checkpoint and move to {slow.move_to}")
         if stop_sent is not None and workers.state(record.launch_id) == "preempted":
             break  # the checkpoint is committed: release now rather than pay for the workers' teardown
         ended = any(st.state in (NodeState.EXITED, NodeState.RECLAIMED) for st in statuses)
