@@ -47,6 +47,7 @@ _SHOWN = {
     "too_slow": "too slow for the deadline: {pool} {reason}",
     "failure": "failure {failures} of {max_restarts} allowed: {cause}",
     "gpus_unmatched": "launch {launch}: {message}",
+    "steps_unmatched": "launch {launch}: {message}",
     "budget_cap": "budget cap: {reason}",
     "recovered": "recovered after a controller restart: released {stale_nodes}",
     "run_end": "run ended: {status}",

@@ -47,6 +47,13 @@ def follow(controller: Controller, record: LaunchRecord, nodes: list[Node]) -> L
                 events.emit("training", launch=record.launch_id, step=status.step, world_size=status.world_size)
                 controller.save()
                 provider.training_started(nodes)
+                if (unmatched := _steps_unmatched(controller, status.max_steps)) is not None:
+                    events.emit("steps_unmatched", launch=record.launch_id, message=unmatched)
+                    release(controller, record, nodes, reason="steps unmatched")
+                    end = classify(controller, record, statuses, reclaimed=False, budget_stop=False, notice=None,
+                                   failure=unmatched)
+                    end.permanent = True  # every launch of this job would train to the same step
+                    return end
         for node in nodes:
             seen = provider.interruption_notice(node)
             if seen is None or (node.id, seen.kind) in reported:
@@ -107,6 +114,19 @@ def follow(controller: Controller, record: LaunchRecord, nodes: list[Node]) -> L
             "phase end" if phase_end else "too slow" if too_slow else "launch ended")
     return classify(controller, record, statuses, reclaimed=reclaimed, budget_stop=budget_stop, notice=notice,
                     phase_end=phase_end, too_slow=too_slow)
+
+
+def _steps_unmatched(controller: Controller, max_steps: int | None) -> str | None:
+    """Why the script and the job disagree on the steps to train, or None: the plan, the budget and the
+    deadline count the job's, and a script that trains on would spend past them (to the budget cap)
+    while one that stops short would end "completed" with work left."""
+    job = controller.job
+    if max_steps is None or job.workload.unit != "steps" or max_steps == job.workload.amount:
+        return None
+    return (f"the training script trains to step {max_steps} (its max_steps), but [workload] steps = "
+            f"{job.workload.amount:g} in {controller.state.job_path}: the plan, the budget and the deadline count "
+            f"{job.workload.amount:g}. To fix: make the two agree (the entrypoint's arguments or [workload] steps) "
+            "and start the run again")
 
 
 def _startup_limit_s(controller: Controller) -> float:

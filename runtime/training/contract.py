@@ -217,6 +217,9 @@ class RunStatus:
     # The longest background write of a checkpoint so far in the launch (real s): a stop that comes while
     # one is in flight first waits for it, which the budget cap must leave time for.
     save_write_s: float | None = None
+    # The step the script trains to (the session's max_steps), for the controller to hold against the job's
+    # [workload] steps; None: a writer that does not say.
+    max_steps: int | None = None
 
 
 _STATUS_FIELDS = frozenset(f.name for f in fields(RunStatus))

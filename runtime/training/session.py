@@ -563,6 +563,7 @@ class Session:
                 problems=self.resume_problems,
                 heartbeat_s=contract.STATUS_HEARTBEAT_S,
                 save_write_s=self._save_write_s,
+                max_steps=self.max_steps,
             ),
         )
 

@@ -124,6 +124,26 @@ def test_a_run_with_too_little_time_goes_on_with_resume_and_a_later_deadline(tmp
     assert processes_of(str(run_dir)) == []
 
 
+def test_a_script_that_trains_other_steps_than_the_job_says_fails_at_its_first_report(tmp_path: Path) -> None:
+    # The job was cut to 30 steps and the script's --steps left at 300: trained on, it would spend past
+    # the plan up to the budget cap.
+    job = write_job(tmp_path / "job.toml", entrypoint=digits_entrypoint(300), steps=30, nproc=1, max_restarts=3)
+    catalog = write_catalog(tmp_path / "catalog.csv")
+    run_dir = tmp_path / "run"
+    assert main(["run", str(job), "--catalog", str(catalog), "--run-dir", str(run_dir), "--time-scale", "60"]) == 1
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed", summary
+    assert (f"the training script trains to step 300 (its max_steps), but [workload] steps = 30 in {job}"
+            in summary["cause"]), summary["cause"]
+    assert "To fix: make the two agree" in summary["cause"]
+    assert [launch["outcome"] for launch in summary["launches"]] == ["failed"]  # not retried: it would repeat
+    assert summary["steps"] < 300
+    events = read_events(run_dir / "events.jsonl")
+    assert [e["launch"] for e in events if e["event"] == "steps_unmatched"] == ["l-1"]
+    assert summary["cost_usd"] == pytest.approx(_billed(events), rel=1e-9)
+    assert processes_of(str(run_dir)) == []
+
+
 def test_an_entrypoint_whose_script_is_not_there_is_refused_before_anything_is_billed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
