@@ -14,12 +14,15 @@ Print the log of a run's background controller (RUN_DIR/controller.log, written 
 `planner run --detach`): every plan, launch, notice, preemption and re-plan, and the
 summary at the end. With --follow, keep printing what it adds until the controller exits.
 A queue's run directory (`planner run QUEUE.toml --detach`) has one log for all its jobs, that
-of the queue's process, followed until that process exits. A run started in the foreground has
+of the queue's process, followed until that process exits. With --follow the exit code is the
+run's (the queue's) outcome, as `planner run` gives it: 0 completed, 1 ended otherwise or the
+process died before the end. A run started in the foreground has
 no controller log: its terminal showed the same lines, and `planner status RUN_DIR` /
 `planner report RUN_DIR` read its events. See docs/run.md."""
 
 POLL_S = 0.5
 EXIT_CONTROLLER_GONE = 1
+EXIT_NOT_COMPLETED = 1  # the run ended otherwise (failed, budget_cap, ...), as `planner run` exits
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -77,11 +80,15 @@ def handle(args: argparse.Namespace, console: Console) -> int:
         console.print(f"the queue's process exited before the queue ended; finish it with "
                       f"`planner run --resume {run_dir}`", soft_wrap=True)
         return EXIT_CONTROLLER_GONE
-    if not queue and load_state(run_dir).status == "running":
+    if queue:
+        return 0 if load_queue(run_dir).status == "completed" else EXIT_NOT_COMPLETED
+    status = load_state(run_dir).status
+    if status == "running":
         console.print(f"the controller exited before the run ended; continue it with "
                       f"`planner run --resume {run_dir}`", soft_wrap=True)
         return EXIT_CONTROLLER_GONE
-    return 0
+    # As `planner run` exits: `planner run --detach && planner logs RUN_DIR --follow` fails with the run.
+    return 0 if status == "completed" else EXIT_NOT_COMPLETED
 
 
 def _copy(log, out) -> bool:

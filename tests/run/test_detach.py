@@ -118,6 +118,10 @@ def test_logs_and_cancel_take_only_runs_and_say_what_to_do(tmp_path: Path, capsy
     _set_status(run_dir, "completed")
     assert main(["logs", str(run_dir), "--follow"]) == 0  # the run has ended: nothing to follow
     assert capsys.readouterr().out == "12:00:00 plan: somewhere\n12:00:01 run ended: completed\n"
+    _set_status(run_dir, "failed")  # --follow exits as the run did, for `run --detach && logs --follow`
+    assert main(["logs", str(run_dir), "--follow"]) == 1
+    assert main(["logs", str(run_dir)]) == 0  # printing the log is all it was asked
+    _set_status(run_dir, "completed")
     assert main(["cancel", str(run_dir)]) == 0
     assert "the run already ended (completed); nothing to cancel" in capsys.readouterr().out
     assert main(["cancel", str(tmp_path / "nowhere")]) == 2
