@@ -13,7 +13,8 @@ that keeps the deadline safe.
     link       h_k                                  <= (W / rate_k, or the term) y_k
     capacity   sum of h_k over one reservation's configurations <= its hours left
     deadline   sum p90_k h_k + R sum (y_k - f_k)    <= D        (P90 wall time)
-    budget     sum burn_k h_k + fixed_k y_k + R burn_k (y_k - f_k) <= B
+    budget     sum burn_k h_k + fixed_k y_k + R burn_k (y_k - f_k) + r <= B
+    reserve    r >= S burn_k y_k   (a run's hard cap keeps S hours of a launch's burn back; S = 0 in a quote)
     first      sum f_k = 1,  f_k <= y_k,  f_k + u_c <= 1 for classes c before k's,  y_k <= u_class(k)
     phases     sum y_k <= max_phases
     alone      g_k <= f_k,  h_k >= (W / rate_k) g_k,  sum (y_k - f_k) >= m
@@ -42,8 +43,9 @@ from pricing.pool import CLUSTER, HELD
 PURCHASE_CLASS = {HELD: 0, CLUSTER: 0, "reserved_1y": 1, "reserved_3y": 1, "spot": 2, "on_demand": 3}
 TIE_BREAK = 1e-6
 OBJECTIVES = ("cost", "time", "p90_time", "carbon", "simple")
-CAPPED_ROWS = ("deadline", "budget", "hours", "carbon")
-"""Rows whose upper bound a solve sets: P90 hours, cost, expected hours, kg CO2e."""
+CAPPED_ROWS = ("deadline", "budget", "hours", "carbon", "cost")
+"""Rows whose upper bound a solve sets: P90 hours, cost with the cap's reserve, expected hours, kg CO2e,
+cost (one row with the budget's when there is no reserve)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,10 @@ class Limits:
     budget_usd: float | None = None
     switch_hours: float = 0.0
     max_phases: int = 3
+    # Hours of a launch's burn that a run's hard budget cap keeps back for its stop
+    # (runtime.accounting.forecast): the budget must cover the plan's cost and that reserve of its
+    # dearest phase, or the cap stops the run before the plan ends. 0 for a quote: the expected cost fits.
+    stop_reserve_hours: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,13 +210,13 @@ class PlanModel:
             raise ValueError(f"unknown objective {objective!r}")
         deadline = self.limits.deadline_hours if deadline_hours is SAME else deadline_hours
         budget = self.limits.budget_usd if budget_usd is SAME else budget_usd
-        caps = dict(caps or {})
-        if "cost" in caps:
-            budget = caps.pop("cost") if budget is None else min(budget, caps.pop("cost"))
-        bounds = {"deadline": deadline, "budget": budget, **caps}
+        bounds = {"deadline": deadline, "budget": budget, **(caps or {})}
         at = self._at
         limit = np.array([np.inf if bounds.get(name) is None else bounds[name] for name in CAPPED_ROWS])
-        row_upper = {at.capped[name]: _NO_LIMIT if np.isinf(b) else b * (1 + 1e-12) for name, b in zip(CAPPED_ROWS, limit)}
+        row_upper = dict.fromkeys(at.capped.values(), _NO_LIMIT)
+        for name, b in zip(CAPPED_ROWS, limit):  # "budget" and "cost" may be one row: the tighter bound
+            if np.isfinite(b):
+                row_upper[at.capped[name]] = min(row_upper[at.capped[name]], b * (1 + 1e-12))
         # Also out: configurations whose data copy alone outlasts the deadline (exact, and it spares
         # HiGHS a search over staging sites no plan can use: seconds for a 3 TB dataset elsewhere).
         allowed = np.array([not any(c.family in fam for fam in exclude_families)
@@ -440,8 +446,17 @@ def _formulate(configs: list[Config], work: float, limits: Limits) -> tuple[MipM
     m.row("phases", [(y[k], 1.0) for k in range(n)], upper=limits.max_phases)
     # Always present, so a HiGHS re-solve only moves their bounds (a huge bound = no limit).
     # hours and carbon: caps for the simplest plan within a tolerance of the optimum.
+    # The cap's reserve of the dearest phase: r >= S burn_k y_k, in the budget row only (not a cost).
+    reserve, r = [], None
+    if limits.stop_reserve_hours > 0:
+        r = m.column("r")
+        for k, c in enumerate(configs):
+            m.row(f"reserve{k}", [(y[k], limits.stop_reserve_hours * c.burn), (r, -1.0)], upper=0.0)
+        reserve = [(r, 1.0)]
     capped = {name: m.row(name, terms, upper=_NO_LIMIT)
-              for name, terms in (("deadline", p90_hours), ("budget", cost), ("hours", hours), ("carbon", carbon))}
+              for name, terms in (("deadline", p90_hours), ("budget", cost + reserve), ("hours", hours),
+                                  ("carbon", carbon))}
+    capped["cost"] = m.row("cost", cost, upper=_NO_LIMIT) if reserve else capped["budget"]
 
     # Each configuration alone as a plan: its own columns set, as the rows above read them.
     points = np.zeros((n, len(m.names)))
@@ -452,6 +467,8 @@ def _formulate(configs: list[Config], work: float, limits: Limits) -> tuple[MipM
         points[k, u[PURCHASE_CLASS[c.purchase]]] = points[k, v[c.pool.cloud]] = 1.0
         if c.site in z:
             points[k, z[c.site]] = 1.0
+        if r is not None:
+            points[k, r] = limits.stop_reserve_hours * c.burn
     single = np.column_stack([m.activity(capped[name], points) for name in CAPPED_ROWS])
     single[~single_ok] = np.inf
     objective = m.cost_vector("cost")

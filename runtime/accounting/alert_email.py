@@ -133,9 +133,10 @@ def _go_on(alert: Alert) -> str | None:
 
 
 def _budget_to_finish(fc: Forecast, budget: float) -> str:
-    """A budget that lets the run finish: the forecast total (the budget, if larger) and a tenth more for
-    the reserve the cap keeps, rounded up to two significant figures."""
-    need = max(fc.total_usd, budget) * 1.1
+    """A budget that lets the run finish: the forecast total and the reserve the cap keeps for a stop (the
+    old budget, if larger), a tenth more for the pace to vary, rounded up to two significant figures. A
+    resumed run's re-plan holds its plan to the same sum (runtime.control.replan)."""
+    need = max(fc.total_usd + fc.reserve_usd, budget) * 1.1
     step = 10.0 ** (math.floor(math.log10(need)) - 1)
     return f"{math.ceil(round(need / step, 9)) * step:.10g}"
 

@@ -31,7 +31,9 @@ class Forecast:
     """Expected total spend of a run, as of ``at`` (POSIX seconds).
 
     ``remaining_usd`` is what the remaining ``remaining_hours`` of work cost under the
-    current plan (``plan_hourly_usd`` for all its nodes, plus any one-off overhead).
+    current plan (``plan_hourly_usd`` for all its nodes, plus any one-off overhead);
+    ``reserve_usd`` is what the hard budget cap keeps back at that burn for a stop, which a
+    budget that is to see the work done must hold on top of the total.
     """
 
     at: float
@@ -41,6 +43,7 @@ class Forecast:
     remaining_usd: float
     budget_usd: float | None = None
     deadline_at: float | None = None
+    reserve_usd: float = 0.0
 
     @property
     def total_usd(self) -> float:
@@ -81,6 +84,7 @@ def forecast(
     overhead_usd: float = 0.0,
     budget_usd: float | None = None,
     deadline_at: float | None = None,
+    reserve_usd: float = 0.0,
 ) -> Forecast:
     """Spend to date plus the expected cost of the remaining work under the current plan.
 
@@ -93,12 +97,13 @@ def forecast(
         overhead_usd: one-off costs the plan adds (provisioning, checkpoint restores).
         budget_usd: the run's budget, for :attr:`Forecast.budget_fraction`.
         deadline_at: the deadline (POSIX seconds), for :attr:`Forecast.deadline_at_risk`.
+        reserve_usd: what the budget cap keeps back at the plan's burn (:meth:`StopTimings.reserve_hours`).
 
     Raises:
         ValueError: a figure is negative or not finite.
     """
     _require_non_negative(spent_usd=spent_usd, remaining_work_hours=remaining_work_hours,
-                          plan_hourly_usd=plan_hourly_usd, overhead_usd=overhead_usd)
+                          plan_hourly_usd=plan_hourly_usd, overhead_usd=overhead_usd, reserve_usd=reserve_usd)
     if budget_usd is not None:
         _require_non_negative(budget_usd=budget_usd)
     return Forecast(
@@ -109,6 +114,7 @@ def forecast(
         remaining_usd=remaining_work_hours * plan_hourly_usd + overhead_usd,
         budget_usd=budget_usd,
         deadline_at=deadline_at,
+        reserve_usd=float(reserve_usd),
     )
 
 
@@ -147,13 +153,16 @@ class CapDecision:
 class StopTimings:
     """The longest durations seen so far in a run (simulated hours), for :func:`cap_decision`.
 
-    ``None`` until first measured: the cap then assumes the controller's bound.
+    ``None`` until first measured: the cap then assumes ``bound_hours`` (the controller's
+    shutdown timeout); a heartbeat gap counts at least ``min_gap_hours`` (the heartbeat's period).
     """
 
     heartbeat_gap_hours: float = 0.0
     stop_hours: float | None = None
     release_hours: float | None = None
     save_write_hours: float = 0.0  # of any launch: a new launch reports none until its first save
+    bound_hours: float = 0.0
+    min_gap_hours: float = 0.0
 
     def saw_save_write(self, hours: float) -> None:
         self.save_write_hours = max(self.save_write_hours, hours)
@@ -166,6 +175,27 @@ class StopTimings:
 
     def saw_release(self, hours: float) -> None:
         self.release_hours = hours if self.release_hours is None else max(self.release_hours, hours)
+
+    def seen(self) -> dict[str, float | None]:
+        """What was measured (to keep in the run's state; the constructor takes it back)."""
+        return {"heartbeat_gap_hours": self.heartbeat_gap_hours, "stop_hours": self.stop_hours,
+                "release_hours": self.release_hours, "save_write_hours": self.save_write_hours}
+
+    def _figures(self) -> dict[str, float | None]:
+        return {"bound_hours": self.bound_hours,
+                "heartbeat_gap_hours": max(self.heartbeat_gap_hours, self.min_gap_hours),
+                "stop_hours": self.stop_hours, "release_hours": self.release_hours,
+                "save_write_hours": self.save_write_hours}
+
+    def reserve_hours(self) -> float:
+        """Hours of a launch's burn the cap keeps back now: a plan that is to finish under the cap
+        must leave that much of its budget unspent on every launch (:mod:`runtime.control.replan`)."""
+        return sum(_reserve_hours(**self._figures()))
+
+    def cap(self, *, spent_usd: float, burn_usd_per_hour: float, budget_usd: float) -> CapDecision:
+        """:func:`cap_decision` with the durations seen so far."""
+        return cap_decision(spent_usd=spent_usd, burn_usd_per_hour=burn_usd_per_hour, budget_usd=budget_usd,
+                            **self._figures())
 
 
 def cap_decision(
@@ -205,11 +235,7 @@ def cap_decision(
     if budget_usd <= 0:
         raise ValueError(f"budget_usd={budget_usd!r} must be positive for a hard cap")
     measured = stop_hours is not None and release_hours is not None
-    if stop_hours is None:
-        stop = max(bound_hours, 2 * save_write_hours)
-    else:
-        stop = stop_hours + save_write_hours
-    release = bound_hours if release_hours is None else release_hours
+    _, stop, release = _reserve_hours(bound_hours, heartbeat_gap_hours, stop_hours, release_hours, save_write_hours)
     reserve = burn_usd_per_hour * (heartbeat_gap_hours + stop + release)
     headroom = budget_usd - spent_usd - reserve
     stop_now = headroom <= 0
@@ -236,6 +262,14 @@ def cap_decision(
                        budget_usd=float(budget_usd), burn_usd_per_hour=float(burn_usd_per_hour), reserve_usd=reserve,
                        headroom_usd=headroom, hours_until_stop=until, gap_hours=float(heartbeat_gap_hours),
                        stop_hours=float(stop), release_hours=float(release), measured=measured, reason=reason)
+
+
+def _reserve_hours(bound_hours: float, heartbeat_gap_hours: float, stop_hours: float | None,
+                   release_hours: float | None, save_write_hours: float) -> tuple[float, float, float]:
+    """(heartbeat gap, stop, release) hours the cap keeps back (see :func:`cap_decision`)."""
+    stop = max(bound_hours, 2 * save_write_hours) if stop_hours is None else stop_hours + save_write_hours
+    release = bound_hours if release_hours is None else release_hours
+    return heartbeat_gap_hours, stop, release
 
 
 def _require_non_negative(**figures: float) -> None:

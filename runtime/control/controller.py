@@ -83,7 +83,7 @@ from runtime.control.events import EventLog
 from runtime.control.held import HeldAllotment
 from runtime.control.held_lease import HeldLease
 from runtime.control.replan import elsewhere_usd_per_hour
-from runtime.control.run_state import Progress, RunState, RunStateError, load_state, save_state
+from runtime.control.run_state import Progress, RunState, RunStateError, StopsSeen, load_state, save_state
 from runtime.control.run_summary import build_summary, write_summary
 from runtime.control.spend import Spend
 from runtime.control.workers import Workers
@@ -157,11 +157,13 @@ class Controller:
         )
         self.expected_total_usd: float | None = None
         # What a stop really takes on this machine, for the budget cap (runtime.control.following).
-        self.stop_timings = forecast.StopTimings()
+        self.stop_timings = forecast.StopTimings(**state.stops.model_dump(),
+                                                 bound_hours=tuning.shutdown_timeout_s * state.time_scale / 3600,
+                                                 min_gap_hours=following.HEARTBEAT_S * state.time_scale / 3600)
         self.last_beat: float | None = None  # the last heartbeat's monotonic time, for the gap between two
         self.workers = Workers(self.work_dir, clock=clock, events=self.events)
         self.spend = Spend(job, state, self.store, self.ledger, self.events, clock=clock,
-                           deadline_at=self.deadline_at)
+                           deadline_at=self.deadline_at, reserve_hours=self.stop_timings.reserve_hours)
         self.held_lease = HeldLease(held, job, clock=clock, events=self.events, poll_s=tuning.poll_s,
                                     deadline_at=self.deadline_at,
                                     usd_per_hour=lambda pool, nodes: elsewhere_usd_per_hour(job, catalog, pool, nodes))
@@ -233,6 +235,7 @@ class Controller:
     # -- lifecycle ------------------------------------------------------------------------
     def save(self) -> None:
         self.state.clock_pauses = [(start, end) for start, end in self.clock.pauses]
+        self.state.stops = StopsSeen(**self.stop_timings.seen())
         save_state(self.run_dir, self.state)
 
     def run(self) -> dict[str, Any]:

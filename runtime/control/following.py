@@ -160,16 +160,10 @@ def _heartbeat(controller: Controller, record: LaunchRecord, nodes: list[Node]) 
     if budget is None:
         return None
     snap = ledger.snapshot(now=now)
-    timings, scale = controller.stop_timings, controller.state.time_scale
+    timings = controller.stop_timings
     if (save_write_s := controller.workers.save_write_s(record.launch_id)) is not None:
-        timings.saw_save_write(save_write_s * scale / 3600)
-    return forecast.cap_decision(
-        spent_usd=snap.total_usd, burn_usd_per_hour=snap.burn_usd_per_hour, budget_usd=budget,
-        bound_hours=controller.tuning.shutdown_timeout_s * scale / 3600,
-        heartbeat_gap_hours=max(timings.heartbeat_gap_hours, HEARTBEAT_S * scale / 3600),
-        stop_hours=timings.stop_hours, release_hours=timings.release_hours,
-        save_write_hours=timings.save_write_hours,
-    )
+        timings.saw_save_write(save_write_s * controller.state.time_scale / 3600)
+    return timings.cap(spent_usd=snap.total_usd, burn_usd_per_hour=snap.burn_usd_per_hour, budget_usd=budget)
 
 
 def _measure_pace(controller: Controller, record: LaunchRecord) -> None:

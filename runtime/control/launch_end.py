@@ -35,6 +35,7 @@ class LaunchEnd:
     permanent: bool = False  # a failure a retry would repeat (the checkpoint storage refuses writes)
     phase_end: bool = False  # stopped at a checkpoint because the pool's phase ended (runtime.control.phases)
     too_slow: bool = False  # stopped at a checkpoint to move where the deadline is met (runtime.control.pace)
+    lost_steps: int = 0  # trained past the last committed checkpoint
 
 
 def classify(controller: Controller, record: LaunchRecord, statuses: Sequence[NodeStatus], *, reclaimed: bool,
@@ -80,7 +81,7 @@ def classify(controller: Controller, record: LaunchRecord, statuses: Sequence[No
     controller.save()
     kept = status is not None and status.state == "preempted"  # the stop's checkpoint committed
     return LaunchEnd(outcome, reason, budget_stop=budget_stop, checkpoint_kept=kept, permanent=permanent,
-                     phase_end=phase_end, too_slow=too_slow)
+                     phase_end=phase_end, too_slow=too_slow, lost_steps=lost)
 
 
 def _estimate_step(controller: Controller, record: LaunchRecord, status: contract.RunStatus | None) -> int:
@@ -137,6 +138,9 @@ def after(controller: Controller, end: LaunchEnd) -> None:
         controller.finish("completed")
     elif end.budget_stop and end.checkpoint_kept:
         controller.finish("budget_cap", "stopped after a checkpoint before the budget was exceeded")
+    elif end.budget_stop and not end.lost_steps:
+        controller.finish("budget_cap", "stopped before the budget was exceeded, before the launch trained past "
+                                        f"step {state.steps}: nothing is lost")
     elif end.budget_stop:
         controller.finish("budget_cap", "stopped before the budget was exceeded; the stop's checkpoint did not "
                                          f"commit in time, so the work since step {state.steps} is lost")

@@ -5,6 +5,7 @@ nodes another job needs)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from planner.job import JobSpec, when
@@ -18,7 +19,9 @@ from runtime.control.replan import (
     ReplanResult,
     decide,
     first_plan,
+    replan,
     replan_or_late,
+    within_cap,
 )
 from runtime.control.run_state import LaunchRecord, Throughput
 from runtime.control.run_summary import work_done_units
@@ -105,7 +108,16 @@ def _replan(controller: Controller, done: float, total: float, purchase: tuple[s
         if hours_left is not None:
             job = job.model_copy(update={"constraints": job.constraints.model_copy(
                 update={"deadline_hours": hours_left})})
-        return first_plan(job, controller.catalog, now=phases.run_time(now))
+        quoted = first_plan(job, controller.catalog, now=phases.run_time(now))
+        request = replan_request(controller, total - done, purchase=purchase, measured=None)
+        if quoted.plan is None or within_cap(quoted.plan.solution, request):
+            return quoted
+        # The budget cap would stop the quote's plan before its end: the cheapest plan it lets finish.
+        result = replan(request)
+        note = (f"the quote's plan ({quoted.pool.label(quoted.nodes)}, ${quoted.plan.expected_cost_usd:,.2f}) leaves "
+                f"less than the budget cap's stop reserve ({request.stop_reserve_hours * 60:.1f} min of its cost)")
+        return dataclasses.replace(result, note=note) if result.plan is not None else ReplanResult.none(
+            f"{result.reason}; {note}")
     return replan_or_late(replan_request(controller, total - done, purchase=purchase, measured=state.measured))
 
 
@@ -123,7 +135,7 @@ def replan_request(controller: Controller, work_left: float, *, purchase: tuple[
         restart_hours=job.overheads.restart_minutes / 60,
         measured=Measured(m.gpu, m.gpus, m.units_per_hour, m.steps) if m else None,
         cooling=state.cooling_at(now), refused=state.refused_at(now), rates=dict(state.rates), purchase=purchase,
-        now=phases.run_time(now),
+        now=phases.run_time(now), stop_reserve_hours=controller.stop_timings.reserve_hours(),
     )
 
 

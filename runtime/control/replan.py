@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from planner.job import JobSpec
-from planner.milp import Limits
+from planner.milp import Limits, Solution
 from planner.plan import Planned, plan
 from planner.policy import ON_DEMAND, Decision, Policy, PolicyMemory, PolicyState
 from planner.pools import catalog_filter
@@ -61,6 +61,7 @@ __all__ = [
     "replan",
     "replan_or_late",
     "spot_interruption_rates",
+    "within_cap",
 ]
 
 
@@ -114,6 +115,7 @@ class ReplanRequest:
     checkpoint_location: Site | None = None
     data_location: Site | None = None
     now: dt.datetime | None = None  # on the run's clock: held reservations' hours count from it (default: the system's)
+    stop_reserve_hours: float = 0.0  # hours of a launch's burn the budget cap keeps back (planner.milp.Limits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +168,8 @@ def _solve(request: ReplanRequest, deadline_hours: float | None, objective: str 
     job = request.job
     speeds = measured_speeds(work_model(job), request.measured) if request.measured else None
     limits = Limits(deadline_hours=deadline_hours, budget_usd=request.budget_left_usd,
-                    switch_hours=job.overheads.restart_minutes / 60.0)
+                    switch_hours=job.overheads.restart_minutes / 60.0,
+                    stop_reserve_hours=request.stop_reserve_hours if request.budget_left_usd is not None else 0.0)
     blocked = {(pool_id, "spot") for pool_id in request.cooling} | request.refused
     return plan(job, request.catalog, limits=limits, work=request.work_left, blocked=blocked,
                 interruption_rates=request.rates, speeds=speeds, purchase=request.purchase, objective=objective,
@@ -201,6 +204,15 @@ def first_plan(job: JobSpec, catalog: Catalog, *, now: dt.datetime | None = None
     return ReplanResult.none(f"the job cannot be planned: {why}")
 
 
+def within_cap(solution: Solution, request: ReplanRequest) -> bool:
+    """Whether the budget left covers ``solution``'s cost and the cap's stop reserve on its dearest phase
+    (the row the re-plan's MILP holds plans to, :class:`planner.milp.Limits`)."""
+    if request.budget_left_usd is None:
+        return True
+    reserve = request.stop_reserve_hours * max(p.config.burn for p in solution.phases)
+    return solution.cost + reserve <= request.budget_left_usd * (1 + 1e-9)
+
+
 def replan_or_late(request: ReplanRequest) -> ReplanResult:
     """:func:`replan`; when no plan meets the deadline, the fastest plan within the budget,
     marked ``late`` with a note on how late it will finish (unless ``allow_late`` is off).
@@ -227,7 +239,9 @@ def _why_not(request: ReplanRequest, deadline_hours: float | None) -> str:
     if deadline_hours is not None:
         parts.append(f"{deadline_hours:.2f} h to the deadline after a restart")
     if request.budget_left_usd is not None:
-        parts.append(f"${request.budget_left_usd:,.2f} of budget")
+        parts.append(f"${request.budget_left_usd:,.2f} of budget" + (
+            f" (the budget cap keeps {request.stop_reserve_hours * 60:.1f} min of a launch's cost back for its stop)"
+            if request.stop_reserve_hours > 0 else ""))
     if request.cooling:
         parts.append(f"{len(request.cooling)} pool(s) cooling down")
     if request.refused:

@@ -48,6 +48,7 @@ __all__ = [
     "Progress",
     "RunState",
     "RunStateError",
+    "StopsSeen",
     "Throughput",
     "load_state",
     "save_state",
@@ -118,6 +119,16 @@ class Throughput(_Model):
     @property
     def units_per_hour(self) -> float:
         return self.units / self.hours
+
+
+class StopsSeen(_Model):
+    """The longest durations this run has measured for its budget cap (simulated hours; None: not yet), kept
+    so that a resumed controller sizes the cap's reserve -- and its plans -- as the one before it did."""
+
+    heartbeat_gap_hours: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    stop_hours: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    release_hours: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    save_write_hours: float = Field(default=0.0, ge=0, allow_inf_nan=False)
 
 
 class LaunchRecord(_Model):
@@ -221,6 +232,7 @@ class RunState(_Model):
     measured: Throughput | None = None
     # The running launch's steps so far, from its workers' reports; folded into `measured` when it ends.
     live: Throughput | None = None
+    stops: StopsSeen = Field(default_factory=StopsSeen)
     cooling: dict[str, Finite] = Field(default_factory=dict)
     rates: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(default_factory=dict)
     pool_preemptions: dict[str, Count] = Field(default_factory=dict)

@@ -5,7 +5,7 @@ to -- the forecast the alerts and the budget cap read, the display's progress, t
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from planner.job import JobSpec
@@ -27,7 +27,7 @@ class Spend:
     """The billing and the spending figures of one run, kept for its controller."""
 
     def __init__(self, job: JobSpec, state: RunState, store: CheckpointStore, ledger: Ledger, events: EventLog, *,
-                 clock: Clock, deadline_at: float | None):
+                 clock: Clock, deadline_at: float | None, reserve_hours: Callable[[], float] = lambda: 0.0):
         self.job = job
         self.state = state
         self.store = store
@@ -35,6 +35,7 @@ class Spend:
         self.events = events
         self.clock = clock
         self.deadline_at = deadline_at
+        self.reserve_hours = reserve_hours  # what the budget cap keeps back now, in hours of burn
 
     def start_billing(self, record: LaunchRecord, nodes: Iterable[Node]) -> None:
         """Bill a launch's new nodes from when each was provisioned, and a reserved term it buys."""
@@ -72,9 +73,10 @@ class Spend:
         hours = left / self.state.rate(self.job, pool, nodes)
         # A term the plan will buy counts from the start, not from the first launch on it.
         unbought = max(0, nodes - self.ledger.term_nodes(pool.id, pool.purchase)) * pool.term_usd
+        budget = self.job.constraints.budget_usd
         return forecast.forecast(self.ledger.total_usd(now), hours, pool.hourly_usd * nodes, at=now,
-                                 overhead_usd=unbought, budget_usd=self.job.constraints.budget_usd,
-                                 deadline_at=self.deadline_at)
+                                 overhead_usd=unbought, budget_usd=budget, deadline_at=self.deadline_at,
+                                 reserve_usd=pool.hourly_usd * nodes * self.reserve_hours() if budget else 0.0)
 
     def progress(self, record: LaunchRecord, fc: Forecast | None) -> Progress:
         return Progress(

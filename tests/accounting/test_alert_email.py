@@ -56,6 +56,15 @@ def test_budget_stop_email_says_what_remains_and_what_finishing_costs(tmp_path):
         assert figure in html
 
 
+def test_the_budget_to_finish_holds_the_caps_stop_reserve_too(tmp_path):
+    # A resumed run's re-plan needs the work left and the reserve the cap keeps for a stop: $781.09 and
+    # 20 min at $65.54/h ($21.85) is $802.94, a tenth more $883.23: 890 at two significant figures.
+    alert = budget_stop_alert(tmp_path)
+    held = replace(alert, forecast=replace(alert.forecast, reserve_usd=65.54 / 3))
+    text = parts(render(held, sender="danlu@example.com", recipients=("a@example.com",)))["text/plain"].get_content()
+    assert re.search(r"To finish: +`planner run --resume RUN_DIR --budget-usd 890`", text), text
+
+
 def test_chart_is_a_png_referenced_by_the_html(tmp_path):
     msg = render(budget_stop_alert(tmp_path), sender="danlu@example.com", recipients=("a@example.com",))
     image = parts(msg)["image/png"]

@@ -119,8 +119,10 @@ def brute_force_cost(job: JobSpec, catalog: Catalog) -> float | None:
     return brute_force_costs(job, catalog)[0]
 
 
-def brute_force_costs(job: JobSpec, catalog: Catalog) -> tuple[float | None, float | None]:
-    """Cheapest expected cost of any one- or two-phase on-demand plan, and of any one-phase plan."""
+def brute_force_costs(job: JobSpec, catalog: Catalog, *,
+                      stop_reserve_hours: float = 0.0) -> tuple[float | None, float | None]:
+    """Cheapest expected cost of any one- or two-phase on-demand plan, and of any one-phase plan;
+    with ``stop_reserve_hours`` the budget must also cover that many hours of the dearer phase's burn."""
     rates, burns, sites = on_demand_configs(job, catalog, with_sites=True)
     if len(rates) == 0:
         return None, None
@@ -133,7 +135,7 @@ def brute_force_costs(job: JobSpec, catalog: Catalog) -> tuple[float | None, flo
     best = math.inf
     hours = W / rates
     cost = hours * burns + stream + stage_c
-    ok = (hours + stage_h <= D * (1 + 1e-9)) & (cost <= B * (1 + 1e-9))
+    ok = (hours + stage_h <= D * (1 + 1e-9)) & (cost + stop_reserve_hours * burns <= B * (1 + 1e-9))
     if ok.any():
         best = cost[ok].min()
     single = None if math.isinf(best) else float(best)
@@ -154,8 +156,9 @@ def brute_force_costs(job: JobSpec, catalog: Catalog) -> tuple[float | None, flo
         c_c = bj * W / rj + bj * R + stream + entry + stage_cost
         lo = np.zeros_like(rj)
         hi = np.full_like(rj, hi_x)
-        for a, c0, limit in ((a_t, c_t, D), (a_c, c_c, B)):
-            if math.isinf(limit):
+        budget = B - stop_reserve_hours * np.maximum(bi, bj)
+        for a, c0, limit in ((a_t, c_t, D), (a_c, c_c, budget)):
+            if np.all(np.isinf(limit)):
                 continue
             with np.errstate(divide="ignore", invalid="ignore"):
                 bound = (limit - c0) / a

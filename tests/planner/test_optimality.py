@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import math
 
@@ -10,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.job import parse_job
+from planner.plan import limits_for, plan
 from planner.quote import make_quote
 from pricing.catalog import Catalog, Offering
 from pricing.embedded_catalog import load_embedded_catalog
@@ -95,6 +97,29 @@ def check_against_brute_force(job, catalog):
 @given(job=jobs(), catalog=small_catalogs())
 def test_on_demand_matches_brute_force_on_generated_catalogs(job, catalog):
     check_against_brute_force(job, catalog)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(job=jobs(), catalog=small_catalogs(), slack=st.floats(0.0, 1.0), share=st.floats(0.01, 0.3))
+def test_a_runs_budget_leaves_the_cap_reserve_of_the_dearest_phase_as_brute_force_does(job, catalog, slack, share):
+    """A run's re-plan (Limits.stop_reserve_hours): the plan's cost plus that many hours of its
+    dearest phase's burn fits the budget, and no cheaper plan does.  The budget is ``slack`` above
+    the plan without a reserve, the reserve ``share`` of that plan's hours: often the reserve binds."""
+    free = plan(job, catalog, limits=limits_for(job), tolerance=0.0).solution
+    if free is None:
+        return
+    budget = free.cost * (1 + slack) + 1e-9
+    job = job.model_copy(update={"constraints": job.constraints.model_copy(update={"budget_usd": budget})})
+    reserve = share * free.hours
+    found = plan(job, catalog, limits=dataclasses.replace(limits_for(job), stop_reserve_hours=reserve),
+                 tolerance=0.0).solution
+    expected, _ = brute_force_costs(job, catalog, stop_reserve_hours=reserve)
+    if expected is None:
+        assert found is None, f"brute force found no plan, MILP found {found.cost}"
+        return
+    assert found is not None, f"MILP infeasible, brute force found ${expected:.4f}"
+    assert found.cost == pytest.approx(expected, rel=1e-6, abs=1e-6)
+    assert found.cost + reserve * max(p.config.burn for p in found.phases) <= budget * (1 + 1e-6)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from runtime.control.replan import (
     raised_rate,
     replan,
     replan_or_late,
+    within_cap,
 )
 from tests.run.helpers import write_catalog, write_job
 
@@ -116,6 +118,34 @@ def test_a_missed_deadline_gives_the_fastest_plan_within_budget_marked_late(setu
     assert strict.plan is None and not strict.late and "no plan fits" in strict.reason
     on_time = replan_or_late(_request(job, catalog))
     assert on_time.plan is not None and not on_time.late and on_time.note == ""
+
+
+def test_the_plan_leaves_the_budget_caps_stop_reserve_of_its_dearest_phase(tmp_path: Path) -> None:
+    """The budget cap stops a launch once spend plus its stop reserve would pass the budget: a re-plan
+    that leaves no room for that reserve is stopped before it ends (or at once, at its first heartbeat)."""
+    catalog = load_catalog_path(write_catalog(tmp_path / "catalog.csv"))
+    job = load_job(write_job(tmp_path / "job.toml", entrypoint=["python", "train.py"], steps=3000,
+                             deadline_hours=10, max_nodes=2))
+    # 1500 steps due in 0.25 h after a 0.05 h restart: only two on-demand nodes ($1.05/h) are in time.
+    request = _request(job, catalog, hours_left=0.3, restart_hours=0.05, budget_left_usd=0.4)
+    free = replan_or_late(request)
+    assert (free.pool.purchase, free.nodes, free.late) == ("on_demand", 2, False)
+    assert free.plan.expected_cost_usd == pytest.approx(0.258, abs=1e-3)
+    # A quarter hour of their burn held back ($0.26) leaves $0.14: they no longer fit, so the
+    # fastest plan that does is taken, late.
+    held = dataclasses.replace(request, stop_reserve_hours=0.25)
+    assert not within_cap(free.plan.solution, held)
+    late = replan_or_late(held)
+    assert late.late and late.pool.purchase == "spot" and within_cap(late.plan.solution, held)
+    dearest = max(p.config.burn for p in late.plan.solution.phases)
+    assert late.plan.expected_cost_usd + 0.25 * dearest <= 0.4
+    # With $0.60 left the on-demand plan and its reserve fit again.
+    roomy = replan_or_late(dataclasses.replace(held, budget_left_usd=0.6))
+    assert (roomy.pool.purchase, roomy.nodes, roomy.late) == ("on_demand", 2, False)
+    # When nothing fits, the reason says what the budget has to keep back.
+    none = replan(dataclasses.replace(held, hours_left=None, budget_left_usd=0.09))
+    assert none.plan is None and "keeps 15.0 min of a launch's cost back for its stop" in none.reason
+    assert replan(dataclasses.replace(held, hours_left=None, budget_left_usd=0.09, stop_reserve_hours=0)).plan
 
 
 def test_measured_throughput_is_blended_with_the_table(setup) -> None:
