@@ -23,7 +23,7 @@ from planner.errors import JobSpecError, PlannerError
 from planner.job import JobSpec, when
 from planner.overhead import SpotOverhead, spot_overhead
 from planner.transfer import Transfers
-from planner.workload import WorkModel
+from planner.workload import WorkModel, workers
 from pricing import learned as learned_store
 from pricing.carbon import kg_co2e_per_node_hour
 from pricing.catalog import Catalog, CatalogFilter, Offering
@@ -279,8 +279,8 @@ class _Builder:
         for n in range(1, min(self.max_nodes, max_nodes or 10**9) + 1):
             if n * pool.gpus_per_node > self.max_gpus:
                 break
-            if memory is not None and not memory.fits(n * pool.gpus_per_node, pool.gpus_per_node,
-                                                      offering.gpu_memory_gb):
+            if memory is not None and not memory.fits(workers(self.job, pool.gpus_per_node, n),
+                                                      workers(self.job, pool.gpus_per_node), offering.gpu_memory_gb):
                 continue  # too few GPUs to shard the model states over (or TP does not divide the node)
             cfg = self._config(pool, offering, n, risk, spot, charges, kg, estimated)
             if cfg is not None:
@@ -290,7 +290,7 @@ class _Builder:
     def _config(self, pool: Pool, o: Offering, n: int, estimated_risk: RiskEstimate | None, spot: _SpotPool | None,
                 charges: _Charges, kg: float, estimated: bool) -> Config | None:
         job, work = self.job, self.work
-        raw = work.rate(pool.gpu, n * pool.gpus_per_node)
+        raw = work.rate(pool.gpu, workers(job, pool.gpus_per_node, n))
         ckpt_h = job.workload.checkpoint_gb / (job.overheads.checkpoint_write_gbps * n) / 3600.0
         overhead = None
         wall, p90 = 1.0, 1.0

@@ -87,6 +87,13 @@ class WorkModel:
                        speed_sources={**self.speed_sources, **dict.fromkeys(lowered, source)})
 
 
+def workers(job: JobSpec, gpus_per_node: int, nodes: int = 1) -> int:
+    """The GPUs at work on ``nodes`` nodes of ``gpus_per_node`` GPUs: every one, or as many a node as
+    ``[run].nproc_per_node`` runs processes -- a GPU no process uses does no work, paid for or not."""
+    processes = job.run.nproc_per_node
+    return nodes * (gpus_per_node if processes is None else min(gpus_per_node, processes))
+
+
 def work_model(job: JobSpec, table: ThroughputTable | None = None) -> WorkModel:
     """Resolve a job's work and speeds; raises :class:`PlannerError` naming the key to fix."""
     table = table or load_throughput_table()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from planner.workload import workers
 from pricing.pool import CLUSTER
 from runtime.accounting import alerts, forecast
 from runtime.control import pace, planning
@@ -178,7 +179,8 @@ def _measure_pace(controller: Controller, record: LaunchRecord) -> None:
     if steps <= 0 or hours <= 0 or (live is not None and (live.steps, live.hours) == (steps, hours)):
         return
     units = steps * units_per_step(controller.job, controller.store)
-    controller.state.live = Throughput(gpu=record.pool.gpu, gpus=record.nodes * record.pool.gpus_per_node,
+    controller.state.live = Throughput(gpu=record.pool.gpu, gpus=workers(controller.job, record.pool.gpus_per_node,
+                                                                         record.nodes),
                                        units=units, hours=hours, steps=steps)
     controller.save()
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from planner.workload import workers
 from pricing import risk
 from pricing.pool import CLUSTER, HELD
 from runtime.control import planning
@@ -119,7 +120,8 @@ def _measure(controller: Controller, record: LaunchRecord, status: contract.RunS
         steps = status.step - record.training_step
         hours = (controller.clock.sim(status.updated_at) - record.training_at) / 3600
         units = steps * units_per_step(job, controller.store)
-    elif live is not None and (live.gpu, live.gpus) == (record.pool.gpu, record.nodes * record.pool.gpus_per_node):
+    elif live is not None and (live.gpu, live.gpus) == (record.pool.gpu,
+                                                        workers(job, record.pool.gpus_per_node, record.nodes)):
         steps, hours, units = live.steps, live.hours, live.units  # killed mid-run: its workers' last report
     else:
         return

@@ -76,7 +76,8 @@ def _provision_and_follow(controller: Controller, pool: Pool, count: int, launch
     if provider.remote and processes != pool.gpus_per_node:
         events.emit("gpus_unmatched", launch=launch_id, message=(
             f"[run].nproc_per_node = {processes} on {pool.instance_type}, which has {pool.gpus_per_node} GPU(s) a "
-            + ("node: GPUs the plan counts on stay idle" if processes < pool.gpus_per_node
+            + (f"node: {pool.gpus_per_node - processes} of them stay idle, paid for (the plan counts only those "
+               "at work)" if processes < pool.gpus_per_node
                else "node: processes share GPUs")
             + "; leave nproc_per_node out to run one process per GPU"))
     return following.follow(controller, record, nodes)

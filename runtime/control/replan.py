@@ -40,7 +40,7 @@ from planner.plan import Planned, plan
 from planner.policy import ON_DEMAND, Decision, Policy, PolicyMemory, PolicyState
 from planner.pools import catalog_filter
 from planner.quote import PlanView, make_quote, view
-from planner.workload import WorkModel, blend_rate, work_model
+from planner.workload import WorkModel, blend_rate, work_model, workers
 from pricing import learned, risk
 from pricing.catalog import Catalog
 from pricing.egress import Site
@@ -253,7 +253,7 @@ def config_rate(job: JobSpec, pool: Pool, nodes: int) -> float | None:
     """Work units (the job file's unit) per failure-free hour of ``nodes`` nodes of ``pool``
     from the job's throughput figures."""
     work = work_model(job)
-    rate = work.rate(pool.gpu, nodes * pool.gpus_per_node)
+    rate = work.rate(pool.gpu, workers(job, pool.gpus_per_node, nodes))
     return None if rate is None else rate / work.per_unit
 
 
@@ -272,9 +272,9 @@ def relative_prices(job: JobSpec, catalog: Catalog, cooling: frozenset[str]) -> 
             continue
         pool_id = Pool.of(o, "spot").id if o.spot else None
         if o.spot and "spot" in job.purchase.allow and pool_id not in cooling:
-            spot[pool_id] = min(spot.get(pool_id, math.inf), o.spot / (speed * o.gpus_per_node))
+            spot[pool_id] = min(spot.get(pool_id, math.inf), o.spot / (speed * workers(job, o.gpus_per_node)))
         if o.on_demand and "on_demand" in job.purchase.allow:
-            on_demand = min(on_demand, o.on_demand / (speed * o.gpus_per_node))
+            on_demand = min(on_demand, o.on_demand / (speed * workers(job, o.gpus_per_node)))
     return spot, on_demand
 
 
@@ -288,7 +288,7 @@ def elsewhere_usd_per_hour(job: JobSpec, catalog: Catalog, pool: Pool, nodes: in
     per_speed = on_demand if math.isfinite(on_demand) else min(spot.values(), default=math.inf)
     if not speed or not math.isfinite(per_speed):
         return None
-    return per_speed * speed * pool.gpus_per_node * nodes
+    return per_speed * speed * workers(job, pool.gpus_per_node, nodes)
 
 
 REPLAN_TARGET = "replan"

@@ -36,7 +36,7 @@ from pydantic import (
 from danlu import atomic_file
 from planner.job import JobSpec
 from planner.policy import POLICY_NAMES
-from planner.workload import blend_rate
+from planner.workload import blend_rate, workers
 from pricing.pool import Pool, PoolError
 from runtime.control import worker_log
 from runtime.control.replan import config_rate, raised_rate
@@ -289,7 +289,7 @@ class RunState(_Model):
 
     def measurement(self, pool: Pool, nodes: int) -> Throughput | None:
         """What was measured on ``nodes`` of ``pool``'s GPUs: past launches and the running one, pooled."""
-        gpus = nodes * pool.gpus_per_node
+        gpus = workers(self.job_spec(), pool.gpus_per_node, nodes)
         parts = [m for m in (self.measured, self.live) if m is not None and m.gpu == pool.gpu and m.gpus == gpus]
         if not parts:
             return None
@@ -302,7 +302,7 @@ class RunState(_Model):
 
     def learn_throughput(self, pool: Pool, nodes: int, units: float, hours: float, steps: float) -> float:
         """Add a measurement of ``steps`` steps (pooled with earlier ones on the same GPUs); returns units per hour."""
-        gpus = nodes * pool.gpus_per_node
+        gpus = workers(self.job_spec(), pool.gpus_per_node, nodes)
         m = self.measured
         if m and m.gpu == pool.gpu and m.gpus == gpus:
             units, hours, steps = units + m.units, hours + m.hours, steps + m.steps

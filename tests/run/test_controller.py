@@ -538,7 +538,7 @@ class _CloudFake(FakeProvider):
 def test_a_cloud_node_runs_one_process_per_gpu_of_the_planned_instance_unless_the_job_says(
     tmp_path: Path, nproc: int | None, world_size: int, said: bool,
 ) -> None:
-    """The quote counts all 4 GPUs of a g4dn.12xlarge: one process a node would leave 3 idle, paid for."""
+    """One process a node on a g4dn.12xlarge leaves 3 of its 4 GPUs idle, paid for: the run says so."""
     from runtime.control.clock import ManualClock
     from runtime.control.controller import Controller
 
@@ -552,9 +552,13 @@ def test_a_cloud_node_runs_one_process_per_gpu_of_the_planned_instance_unless_th
     [launch] = [e for e in events if e["event"] == "launch"]
     assert summary["status"] == "completed" and "g4dn.12xlarge" in launch["pool"]
     assert launch["world_size"] == world_size and summary["launches"][0]["world_size"] == world_size
+    # What the run measured is per GPU at work, as the plan counts them: one process, one GPU's speed.
+    measured = load_state(run_dir).measured
+    assert measured is not None and measured.gpus == world_size
     unmatched = [e["message"] for e in events if e["event"] == "gpus_unmatched"]
-    assert unmatched == (["[run].nproc_per_node = 1 on g4dn.12xlarge, which has 4 GPU(s) a node: GPUs the plan "
-                          "counts on stay idle; leave nproc_per_node out to run one process per GPU"] if said else [])
+    assert unmatched == (["[run].nproc_per_node = 1 on g4dn.12xlarge, which has 4 GPU(s) a node: 3 of them stay "
+                          "idle, paid for (the plan counts only those at work); leave nproc_per_node out to run one "
+                          "process per GPU"] if said else [])
 
 
 def test_on_this_machine_a_node_runs_one_process_unless_the_job_says(tmp_path: Path) -> None:
