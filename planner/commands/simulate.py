@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -102,10 +103,13 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     trace = read_traces(args.trace, gang=args.gang)
     if args.spot_price is not None:
         trace = dataclasses.replace(trace, spot_prices=np.full(trace.spot_prices.shape, np.nan))
-    simulated = _model(args, trace)
+    simulated, sizes = _model(args, trace)
     model = simulated.model
     grid = tick_grid(model, trace.tick_hours)
-    require_feasible(model, grid)
+    try:
+        require_feasible(model, grid)
+    except SimulationError as exc:
+        raise SimulationError(f"{exc}{_more_nodes(simulated, sizes, trace)}") from None
     if not 0 <= args.start_tick < trace.ticks:
         raise SimulationError(f"--start-tick {args.start_tick} is outside the trace: give 0 to {trace.ticks - 1}")
     home = args.home_pool or trace.pools[0]
@@ -145,8 +149,33 @@ def handle(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _model(args: argparse.Namespace, trace: MultiPoolTrace) -> SimulatedJob:
-    """The job's model: the whole job file when C must come from it, else just what the flags lack."""
+MAX_NODES_TRIED = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sizes:
+    """The job's model at another node count (``at(nodes)``), up to ``limit`` nodes: the job's max_nodes."""
+
+    at: Callable[[int | None], SimulatedJob]
+    limit: int
+
+
+def _more_nodes(simulated: SimulatedJob, sizes: _Sizes, trace: MultiPoolTrace) -> str:
+    """For a job too long for its deadline on the pool's node count: the fewest nodes that fit it, as a
+    flag; nothing when --job-hours gave C."""
+    if simulated.pool is None or not simulated.sources.get("job_hours", "").startswith("job:"):
+        return ""
+    where = f"; on {simulated.nodes} x {simulated.pool} the job takes {simulated.model.job_hours:.4g} h"
+    for nodes in range(simulated.nodes + 1, sizes.limit + 1):
+        bigger = sizes.at(nodes)
+        if tick_grid(bigger.model, trace.tick_hours).feasible:
+            return f"{where}: --nodes {nodes} meets the deadline ({bigger.model.job_hours:.4g} h)"
+    return f"{where}, more than the deadline on up to {sizes.limit} nodes (the job's max_nodes)"
+
+
+def _model(args: argparse.Namespace, trace: MultiPoolTrace) -> tuple[SimulatedJob, _Sizes]:
+    """The job's model: the whole job file when C must come from it, else just what the flags lack; and
+    the same model at other node counts."""
     from planner.job import load_job
     from pricing.sources import resolve_catalog
 
@@ -160,7 +189,12 @@ def _model(args: argparse.Namespace, trace: MultiPoolTrace) -> SimulatedJob:
     if args.nodes is not None and args.nodes < 1:
         raise SimulationError(f"--nodes {args.nodes}: give 1 or more")
     catalog = resolve_catalog(args.catalog, use_cache=not args.no_cache)
-    return job_model(job, catalog, trace, pool=args.pool, nodes=args.nodes, overrides=overrides, bare=bare)
+
+    def at(nodes: int | None) -> SimulatedJob:
+        return job_model(job, catalog, trace, pool=args.pool, nodes=nodes, overrides=overrides, bare=bare)
+
+    limit = min(job.constraints.max_nodes, MAX_NODES_TRIED) if job is not None else MAX_NODES_TRIED
+    return at(args.nodes), _Sizes(at, limit)
 
 
 def _raw(path: Path) -> dict:

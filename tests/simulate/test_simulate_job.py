@@ -118,3 +118,28 @@ def test_zones_of_several_regions_are_priced_in_the_first(job, tmp_path, capsys)
     model = _run(capsys, job, "--trace", folder)["model"]
     assert model["pool"] == "aws:us-east-1:p3.2xlarge" and model["nodes"] == 4
     assert model["job_hours"] == pytest.approx(1.0)  # 36000 steps on 4 V100s at 2.5 steps/s each
+
+
+@pytest.mark.parametrize(
+    ("deadline", "argv", "hint"),
+    [
+        # 4 h of work on one V100 and a 0.5 h restart: 3 nodes (1.33 h) are the fewest within 2 h
+        ("2", [], "; on 1 x aws:us-east-1:p3.2xlarge the job takes 4 h: --nodes 3 meets the deadline (1.333 h)"),
+        ("2", ["--nodes", "2"], "; on 2 x aws:us-east-1:p3.2xlarge the job takes 2 h: --nodes 3 meets"),
+        # not even max_nodes = 8 (0.5 h of work) and the restart fit 0.6 h
+        ("0.6", [], "the job takes 4 h, more than the deadline on up to 8 nodes (the job's max_nodes)"),
+        # C given by the flag: no pool's size to change
+        ("2", ["--job-hours", "4"], None),
+    ],
+)
+def test_a_job_too_long_for_its_deadline_is_told_the_nodes_that_fit_it(tmp_path, capsys, deadline, argv, hint):
+    path = tmp_path / "job.toml"
+    path.write_text(JOB.replace("deadline_hours = 6", f"deadline_hours = {deadline}"), encoding="utf-8")
+    trace = write_trace(tmp_path / "us-east-1a_v100_1.json", [0] * 24, gap_seconds=1800)
+    assert main(["simulate", str(path), "--trace", str(trace), *argv]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"deadline_hours {deadline} cannot be met" in err and "Traceback" not in err
+    if hint is None:
+        assert "--nodes" not in err
+    else:
+        assert hint in err
