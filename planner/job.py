@@ -143,6 +143,12 @@ class Constraints(_Section):
                                   description="GPU types the job may use (catalog names); empty = any")
 
 
+CAPACITY_BLOCK_LEAD = dt.timedelta(minutes=40)
+"""How long before a capacity block's end a run leaves it: AWS begins terminating the block's instances
+30 minutes before its end and warns (EventBridge "Capacity Block Reservation Expiration Warning") 10
+minutes before that."""
+
+
 class HeldReservation(_Section):
     """Reserved capacity the team already pays for: used first, at zero marginal cost."""
 
@@ -153,6 +159,20 @@ class HeldReservation(_Section):
     # A date (the reservation ends at the start, UTC, of that day) or a moment with its UTC offset:
     # capacity blocks end at a time of day (AWS's at 11:30 UTC), a queue's slot window at any hour.
     until: dt.datetime | dt.date
+    # The cloud's name for the reservation, for launches that must target it: an AWS Capacity Reservation
+    # or Capacity Block (cr-...), a GCE reservation's name, an Azure capacity reservation group's id.
+    # Without it the nodes are ordinary on-demand requests, which a regional RI, a savings plan, an
+    # open ODCR or a committed-use discount bills at the reserved rate by themselves.
+    reservation_id: str | None = Field(default=None, min_length=1, max_length=1024, pattern=r"^\S+$")
+    capacity_block: bool = False
+
+    @model_validator(mode="after")
+    def _block(self) -> HeldReservation:
+        if self.capacity_block and (self.cloud != "aws" or not re.fullmatch(r"cr-[0-9a-f]{8,17}",
+                                                                             self.reservation_id or "")):
+            raise ValueError("capacity_block = true is for an AWS EC2 Capacity Block for ML: set cloud = \"aws\" "
+                             "and reservation_id to its Capacity Reservation id (cr- and 17 hex digits)")
+        return self
 
     @field_validator("until", mode="before")
     @classmethod
@@ -180,6 +200,23 @@ class HeldReservation(_Section):
         if isinstance(self.until, dt.datetime):
             return self.until
         return dt.datetime.combine(self.until, dt.time(), tzinfo=dt.UTC)
+
+    @property
+    def usable_until(self) -> dt.datetime:
+        """When a run must have left the reservation: its end, or for a capacity block the moment AWS
+        warns that the block's instances begin terminating (30 minutes before its end, with 10 minutes'
+        notice): the plan gives the block no hours past it and the run stops there at a checkpoint,
+        so the warning's 10 minutes are left for the stop."""
+        if self.capacity_block:
+            return self.ends_at - CAPACITY_BLOCK_LEAD
+        return self.ends_at
+
+    def ended(self) -> str:
+        """Why the reservation no longer serves once :meth:`usable_until` has passed."""
+        if self.capacity_block:
+            return (f"capacity block {self.reservation_id} ends {when(self.ends_at)}; AWS terminates its "
+                    f"instances from 30 minutes before, so danlu leaves it {when(self.usable_until)}")
+        return f"reservation ended {when(self.ends_at)}"
 
 
 def when(at: dt.datetime) -> str:

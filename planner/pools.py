@@ -20,7 +20,7 @@ import numpy as np
 
 from planner.cluster import cluster_configs
 from planner.errors import JobSpecError, PlannerError
-from planner.job import JobSpec, when
+from planner.job import JobSpec
 from planner.overhead import SpotOverhead, spot_overhead
 from planner.transfer import Transfers
 from planner.workload import WorkModel, workers
@@ -368,9 +368,9 @@ def _held_configs(job, work, catalog, now: dt.datetime, builder: _Builder, warni
         if work.speed(o.gpu) is None:
             warnings.append(f"purchase.held[{i}]: no throughput figure for {o.gpu}; reservation not used")
             continue
-        hours_left = (held.ends_at - now).total_seconds() / 3600  # from this moment, not from midnight
+        hours_left = (held.usable_until - now).total_seconds() / 3600  # from this moment, not from midnight
         if hours_left <= 0:
-            warnings.append(f"purchase.held[{i}]: reservation ended {when(held.ends_at)}; not used")
+            warnings.append(f"purchase.held[{i}]: {held.ended()}; not used")
             continue
         out += builder.configs(Pool.held(o, hours_left=hours_left), o, None, max_nodes=held.count)
     return out

@@ -214,7 +214,7 @@ class Controller:
         chaos = ChaosPlan(parse_chaos(state.chaos), clock, fired=state.chaos_fired)
         context = ProviderContext(run_dir / "provider", clock, chaos=chaos, hold_nodes=tuning.hold_nodes,
                                   run_id=state.tag(run_dir), home=state.home or "",
-                                  options=dict(job.run.options))
+                                  options=dict(job.run.options), held=job.purchase.held)
         if provider is None:
             built = registry.create(state.provider, context)
         elif isinstance(provider, Provider):

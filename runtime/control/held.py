@@ -225,7 +225,7 @@ class HeldAllotment:
             update: dict[str, object] = {"count": n}
             if key in ends:
                 window_end = now + dt.timedelta(hours=ends[key] - h)
-                if window_end < r.ends_at:
+                if window_end < r.usable_until:
                     update["until"] = window_end
             held.append(r.model_copy(update=update))
         if tuple(held) == job.purchase.held:

@@ -11,10 +11,11 @@ are up, not when the job is done:
   its plan gave the first phase when the plan goes on to another pool, and at most the
   team's ``max_hours`` less what the run already held it. The controller then stops the
   workers at a checkpoint (the stop request a notice sends) and re-plans.
-* :func:`held_end`: when a launch on ``[[purchase.held]]`` capacity must end -- the start (UTC) of
-  the reservation's ``until`` day, on the run's clock. The planner gave the held pool no more
-  hours than that; a launch still running then is stopped at a checkpoint like a cluster phase,
-  and the re-plan, dated by the run's clock, no longer offers the reservation.
+* :func:`held_reservation`: the ``[[purchase.held]]`` entry a launch runs on, which it must leave at
+  the reservation's end on the run's clock (an AWS capacity block 40 minutes before its end, when
+  AWS warns that it begins terminating the block's instances in 10 minutes). The planner gave the
+  held pool no more hours than that; a launch still running then is stopped at a checkpoint like
+  a cluster phase, and the re-plan, dated by the run's clock, no longer offers the reservation.
 * :func:`replan_job`: the job a re-plan solves. A cluster whose phase ended is left out for
   the rest of the run (the cluster first, then the cloud, never back), one that had no
   capacity while it cools down (``left_out``: pool id -> until, None for the rest of the
@@ -37,10 +38,10 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from planner.cluster import cluster_pool, find_cluster
-from planner.job import JobSpec
+from planner.job import HeldReservation, JobSpec
 from pricing.pool import CLUSTER, HELD, Pool, PoolError
 
-__all__ = ["held_end", "phase_hours", "replan_job", "run_date", "run_time"]
+__all__ = ["held_reservation", "phase_hours", "replan_job", "run_date", "run_time"]
 
 _EPSILON_HOURS = 1e-6
 
@@ -66,16 +67,16 @@ def phase_hours(plan: Mapping[str, Any] | None, pool: Pool, job: JobSpec, used_h
     return max(0.0, min(limits)) if limits else None
 
 
-def held_end(job: JobSpec, pool: Pool) -> float | None:
-    """POSIX seconds at which the held reservation ``pool`` runs on ends (None: not a held pool).
+def held_reservation(job: JobSpec, pool: Pool) -> HeldReservation | None:
+    """The ``[[purchase.held]]`` entry the held ``pool`` runs on (None: not a held pool).
 
-    Of several ``[[purchase.held]]`` entries for the same instance type, the last to end: the
-    planner sees one pool for them, with the hours of that one."""
+    Of several entries for the same instance type, the last to end: the planner sees one pool
+    for them, with the hours of that one. A launch on it must end at its ``usable_until``."""
     if pool.purchase != HELD:
         return None
-    ends = [h.ends_at for h in job.purchase.held
-            if (h.cloud, h.region, h.instance_type) == (pool.cloud, pool.region, pool.instance_type)]
-    return max(ends).timestamp() if ends else None
+    entries = [h for h in job.purchase.held
+               if (h.cloud, h.region, h.instance_type) == (pool.cloud, pool.region, pool.instance_type)]
+    return max(entries, key=lambda h: h.usable_until) if entries else None
 
 
 def run_time(now: float) -> dt.datetime:

@@ -174,9 +174,12 @@ def phase_end_at(controller: Controller, record: LaunchRecord) -> tuple[float, s
                                controller.state.pool_hours.get(record.pool.id, 0.0))
     if hours is not None:
         return record.provisioned_at + hours * 3600, "the hours the plan gives the team's cluster"
-    held = phases.held_end(job, record.pool)
+    held = phases.held_reservation(job, record.pool)
+    if held is not None and held.capacity_block:
+        return held.usable_until.timestamp(), (f"capacity block {held.reservation_id} ends {when(held.ends_at)} "
+                                               "and AWS terminates its instances from 30 minutes before")
     if held is not None:
-        return held, f"the held reservation ends {when(phases.run_time(held))}"
+        return held.usable_until.timestamp(), f"the held reservation ends {when(held.ends_at)}"
     return None
 
 

@@ -133,7 +133,7 @@ def _record(schedule: QueueSchedule, run_root: Path, options: QueueRunOptions, o
         raise RuntimeFailure(f"{run_root}: holds a queue run already. To fix: finish that one with `planner run "
                              f"--resume {run_root}`, or give this queue another --run-dir.")
     order = sorted((j for j in schedule.jobs if j.segments), key=lambda j: (j.segments[0].start_slot, j.job.name))
-    today = run_date(origin)  # the run clock's UTC date, as held_end and re-plans read the held `until`
+    today = run_date(origin)  # the run clock's UTC date, as held_reservation and re-plans read the held `until`
     jobs = []
     for js in order:
         name = js.job.name

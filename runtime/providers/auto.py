@@ -140,7 +140,8 @@ class AutoProvider(Provider):
             self._built[name] = registry.create(name, ProviderContext(
                 self.context.state_dir / name, self.context.clock, chaos=self.context.chaos,
                 hold_nodes=self.context.hold_nodes, run_id=self.context.run_id, home=self.context.home,
-                options=options_for(self.context.options, name), run_dir=self.context.run_root))
+                options=options_for(self.context.options, name), run_dir=self.context.run_root,
+                held=self.context.held))
         return self._built[name]
 
     def _owner(self, node: Node) -> str:

@@ -7,6 +7,9 @@
   zone as ``Placement`` (an AZ id such as ``use1-az1`` or a name such as ``us-east-1a``),
   ``TagSpecifications`` on the instance and its volumes, and the bootstrap as
   ``UserData`` (boto3 base64-encodes it);
+* a held pool whose ``[[purchase.held]]`` names its reservation targets it
+  (``CapacityReservationSpecification``; a Capacity Block also with the ``capacity-block``
+  market type, without which EC2 would start an on-demand instance billed at full price);
 * capacity and quota answers (:data:`CAPACITY_CODES`) are :class:`CapacityError`; any
   other ``ClientError`` is :class:`ComputeAPIError` with its code;
 * ``describe`` also reads the spot request: status ``marked-for-termination`` (or
@@ -52,7 +55,7 @@ __all__ = [
 CAPACITY_CODES = frozenset({
     "InsufficientInstanceCapacity", "InsufficientHostCapacity", "InsufficientReservedInstanceCapacity",
     "MaxSpotInstanceCountExceeded", "SpotMaxPriceTooLow", "InstanceLimitExceeded", "VcpuLimitExceeded",
-    "Unsupported", "InsufficientCapacityOnOutpost",
+    "Unsupported", "InsufficientCapacityOnOutpost", "ReservationCapacityExceeded",
 })
 """EC2 error codes meaning "not here, not now" (capacity, spot limits, quota): the pool is blocked."""
 
@@ -191,6 +194,11 @@ class AwsCompute(ComputeAPI):
         if pool.purchase == "spot":
             kwargs["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
                 "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
+        if request.reservation_id:  # the instances run in the team's reservation, or not at all
+            kwargs["CapacityReservationSpecification"] = {
+                "CapacityReservationTarget": {"CapacityReservationId": request.reservation_id}}
+        if request.capacity_block:
+            kwargs["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
         reply = self._call(region, "run_instances", **kwargs)
         created = [self._instance(region, raw) for raw in reply.get("Instances", [])]
         if len(created) != request.count:

@@ -5,7 +5,9 @@
 * ``create``: one ``virtualMachines`` PUT (``begin_create_or_update``) per node, all started
   before any is waited for; a spot pool is ``priority = Spot``, ``evictionPolicy = Delete``,
   ``billingProfile.maxPrice = -1`` (pay up to the on-demand price: evicted for capacity,
-  never for price), anything else ``Regular``. The bootstrap is ``osProfile.customData``
+  never for price), anything else ``Regular``; a held pool whose ``[[purchase.held]]`` names a
+  capacity reservation group (its resource id) allocates from it (``capacityReservation``).
+  The bootstrap is ``osProfile.customData``
   (base64; cloud-init runs a ``#!`` script as is). The NIC is not created separately: the
   VM's ``networkProfile.networkInterfaceConfigurations`` (``networkApiVersion``
   2020-11-01) makes ARM create one NIC per VM in the subnet named by ``subnet_id``, and
@@ -369,6 +371,9 @@ class AzureCompute(ComputeAPI):
         if spot:
             vm.eviction_policy = "Delete"
             vm.billing_profile = models.BillingProfile(max_price=float(opts.get("max_price", -1.0)))  # type: ignore[arg-type]
+        if request.reservation_id:  # the VM runs in the team's capacity reservation group
+            vm.capacity_reservation = models.CapacityReservationProfile(
+                capacity_reservation_group=models.SubResource(id=request.reservation_id))
         if opts.get("identity"):
             vm.identity = models.VirtualMachineIdentity(
                 type="UserAssigned", user_assigned_identities={str(opts["identity"]): models.UserAssignedIdentitiesValue()}

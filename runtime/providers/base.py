@@ -46,7 +46,7 @@ from runtime.errors import RuntimeFailure
 from runtime.providers.notices import Notice
 
 if TYPE_CHECKING:
-    from planner.job import JobSpec
+    from planner.job import HeldReservation, JobSpec
     from runtime.control.chaos import ChaosPlan
 
 __all__ = [
@@ -152,7 +152,9 @@ class ProviderContext:
     home id (tagged too, "" for none: :mod:`runtime.control.run_home`); ``options``
     the job's ``[run.options]`` table, for the provider to validate
     (:meth:`Provider.check_options`); ``run_dir`` the run directory (default: the parent of
-    ``state_dir``; a provider built by another one, :mod:`runtime.providers.auto`, sits deeper).
+    ``state_dir``; a provider built by another one, :mod:`runtime.providers.auto`, sits deeper);
+    ``held`` the job's ``[[purchase.held]]`` reservations, whose ``reservation_id`` a launch on
+    a held pool targets.
     """
 
     state_dir: Path
@@ -163,6 +165,7 @@ class ProviderContext:
     home: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
     run_dir: Path | None = None
+    held: tuple[HeldReservation, ...] = ()
 
     @property
     def run_root(self) -> Path:

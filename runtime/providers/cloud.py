@@ -37,12 +37,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from danlu import atomic_file
-from pricing.pool import Pool
+from pricing.pool import HELD, Pool
 from runtime.control.clock import Clock, WallClock
 from runtime.providers import bootstrap, bundle
 from runtime.providers.base import (
@@ -69,6 +69,9 @@ from runtime.providers.node_agent import Stage
 from runtime.providers.notices import INTERRUPTION, Notice
 from runtime.tracking.meter import METER_FILE
 from runtime.training.contract import CONTROL_FILE
+
+if TYPE_CHECKING:
+    from planner.job import HeldReservation
 
 __all__ = [
     "CloudOptions",
@@ -150,8 +153,9 @@ class CloudProvider(Provider):
 
     def __init__(self, compute: ComputeAPI, *, run_id: str, options: CloudOptions, state_dir: str | Path,
                  stage: str | None = None, clock: Clock | None = None, sync_s: float | None = None,
-                 describe_s: float | None = None, home: str = ""):
+                 describe_s: float | None = None, home: str = "", held: Sequence[HeldReservation] = ()):
         self.compute = compute
+        self.held = tuple(held)
         self.run_id = run_id
         self.home = home
         self.options = options
@@ -202,7 +206,7 @@ class CloudProvider(Provider):
         options = cls.parse_options(context.options)
         return cls(cls.compute(options), run_id=context.run_id or context.run_root.name, options=options,
                    state_dir=context.state_dir, stage=_stage_from_run(context), clock=context.clock,
-                   home=context.home)
+                   home=context.home, held=context.held)
 
     def install_spec(self) -> str:
         """What a node without danlu pip-installs: ``[run.options] install`` or this version with the cloud's extra."""
@@ -238,11 +242,23 @@ class CloudProvider(Provider):
         return self._stage
 
     # -- Provider ---------------------------------------------------------------------------
+    def _reservation(self, pool: Pool) -> HeldReservation | None:
+        """The reservation a launch on ``pool`` runs in: the first ``[[purchase.held]]`` entry for its
+        instance type that names one (``reservation_id``) and has not ended on the run's clock. None:
+        not a held pool, or a reservation the cloud applies by itself (a regional RI, an open ODCR)."""
+        if pool.purchase != HELD:
+            return None
+        now = self.clock.now()
+        return next((h for h in self.held if h.reservation_id and h.usable_until.timestamp() > now
+                     and (h.cloud, h.region, h.instance_type) == (pool.cloud, pool.region, pool.instance_type)),
+                    None)
+
     def provision(self, pool: Pool, *, nodes: int, launch_id: str) -> list[Node]:
         if not self._swept:
             self._sweep_orphans()
         self.stage.remove("launches", launch_id)  # a dead controller's files under a reused launch id
         made: list[_Held] = []
+        reservation = self._reservation(pool)
         try:
             for index in range(nodes):
                 name = node_name(self.run_id, launch_id, index)
@@ -256,6 +272,8 @@ class CloudProvider(Provider):
                 created = self.compute.create(InstanceRequest(
                     pool=pool, names=(name,), tags={**self._run_tags(), TAG_LAUNCH: launch_id, TAG_NODE: name},
                     user_data=user_data, options=self.options.model_dump(),
+                    reservation_id=reservation.reservation_id if reservation else None,
+                    capacity_block=reservation is not None and reservation.capacity_block,
                 ))
                 if len(created) != 1:
                     self._abandon([c.id for c in created])

@@ -94,6 +94,8 @@ class InstanceRequest:
     ``user_data`` is the bootstrap script (text; the API encodes it as its cloud wants).
     ``options`` are the provider's options from the job's ``[run.options]`` table,
     already validated by the provider (image, network, service account, ...).
+    ``reservation_id`` is the held reservation the instances must run in (the cloud's name for it,
+    ``[[purchase.held]] reservation_id``), ``capacity_block`` whether it is an AWS Capacity Block.
     """
 
     pool: Pool
@@ -101,6 +103,8 @@ class InstanceRequest:
     tags: Mapping[str, str]
     user_data: str
     options: Mapping[str, object] = field(default_factory=dict)
+    reservation_id: str | None = None
+    capacity_block: bool = False
 
     @property
     def count(self) -> int:

@@ -3,7 +3,8 @@
 One create call inserts ``count`` VMs in one zone of the pool (``pool.zone``, else the
 zones of ``pool.region`` that offer the machine type, in the catalog's order, or the
 ``zones`` option), spot as ``scheduling.provisioningModel = SPOT`` with an
-``instanceTerminationAction``, on-demand as ``STANDARD``. The bootstrap is the
+``instanceTerminationAction``, on-demand as ``STANDARD``; a held pool whose ``[[purchase.held]]``
+names its reservation consumes that one (``reservationAffinity``, ``SPECIFIC_RESERVATION``). The bootstrap is the
 ``startup-script`` metadata value: GCE's script runner executes it as a file, so its
 ``#!/usr/bin/env python3`` line picks the interpreter and no shell ever parses it.
 
@@ -65,6 +66,9 @@ log = logging.getLogger("runtime.providers.gcp")
 
 SDK_HINT = "pip install 'danlu[gcp]'"
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+RESERVATION_NAME_KEY = "compute.googleapis.com/reservation-name"
+"""The key of a specific reservation's affinity; its value is the reservation's name, or
+``projects/PROJECT/reservations/NAME`` for one shared from another project."""
 DEFAULT_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu124-debian-11-py310"
 
 CAPACITY_CODES = frozenset({
@@ -329,7 +333,7 @@ class GcpCompute(ComputeAPI):
             interface.subnetwork = options.subnetwork
         if options.external_ip:
             interface.access_configs = [compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")]
-        return compute_v1.Instance(
+        instance = compute_v1.Instance(
             name=name,
             machine_type=f"zones/{zone}/machineTypes/{machine}",
             labels=self._labels(request, name),
@@ -349,6 +353,11 @@ class GcpCompute(ComputeAPI):
             metadata=compute_v1.Metadata(items=[compute_v1.Items(key="startup-script", value=request.user_data)]),
             service_accounts=[compute_v1.ServiceAccount(email=options.service_account, scopes=[CLOUD_PLATFORM_SCOPE])],
         )
+        if request.reservation_id:  # the VM runs in the team's reservation, or not at all
+            instance.reservation_affinity = compute_v1.ReservationAffinity(
+                consume_reservation_type="SPECIFIC_RESERVATION", key=RESERVATION_NAME_KEY,
+                values=[request.reservation_id])
+        return instance
 
     # -- describe / delete / list ---------------------------------------------------------
     def _instance(self, vm: compute_v1.Instance, zone: str) -> Instance:

@@ -9,6 +9,7 @@ the same ``ClientError`` it raises for the real cloud. Every other call goes to 
 from __future__ import annotations
 
 import base64
+import datetime as dt
 from pathlib import Path
 
 import pytest
@@ -148,6 +149,67 @@ def test_release_stale_leaves_a_run_of_the_same_id_from_another_runs_directory(m
     assert tags[TAG_RUN] == "run-x" and tags[TAG_HOME] == "0123456789ab"
     cloud.close()
     api.delete([theirs.id])
+
+
+def _sent(client) -> list[dict[str, list[str]]]:
+    """The query bodies of the RunInstances calls ``client`` sends from now on, as EC2 receives them."""
+    from urllib.parse import parse_qs
+
+    bodies: list[dict[str, list[str]]] = []
+
+    def hook(request, **_kwargs):
+        body = request.body.decode() if isinstance(request.body, bytes) else str(request.body)
+        bodies.append(parse_qs(body))
+
+    client.meta.events.register("before-send.ec2.RunInstances", hook)
+    return bodies
+
+
+TARGET = "CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId"
+
+
+def test_a_held_pool_runs_in_the_reservation_its_entry_names_and_a_capacity_block_as_one(moto, tmp_path: Path) -> None:
+    """EC2 starts an instance that names no reservation as an ordinary on-demand one, billed at full
+    price while the ledger books the held node at $0: a held pool whose `[[purchase.held]]` names its
+    reservation must target it, and a Capacity Block needs the `capacity-block` market type too."""
+    from planner.job import HeldReservation
+
+    now = dt.datetime.now(dt.UTC)
+    held = Pool("aws", "us-east-1", None, "g4dn.xlarge", "T4", 1, "reserved_held", 0.0)
+
+    def entry(**extra) -> HeldReservation:
+        return HeldReservation(cloud="aws", region="us-east-1", instance_type="g4dn.xlarge", count=1, **extra)
+
+    cases = [
+        # The block's warning (40 minutes before its end) is past: not its instances any more.
+        ((entry(until=now + dt.timedelta(minutes=30), reservation_id="cr-0aaaaaaaaaaaaaaaa", capacity_block=True),
+          entry(until=now + dt.timedelta(days=2), reservation_id="cr-0bbbbbbbbbbbbbbbb", capacity_block=True)),
+         "cr-0bbbbbbbbbbbbbbbb", "capacity-block"),
+        ((entry(until=now + dt.timedelta(days=2), reservation_id="cr-0cccccccccccccccc"),),
+         "cr-0cccccccccccccccc", None),
+        ((entry(until=now + dt.timedelta(days=2)),), None, None),  # a regional RI: EC2 applies it by itself
+    ]
+    for i, (entries, target, market) in enumerate(cases):
+        api, _ = compute()
+        bodies = _sent(api.client("us-east-1"))
+        options = AwsOptions(image_id=IMAGE, stage=f"s3://{moto.bucket}/_danlu/run-{i}")
+        cloud = AwsProvider(api, run_id=f"run-{i}", options=options, state_dir=tmp_path / f"p{i}", held=entries)
+        cloud.provision(held, nodes=1, launch_id="l-1")
+        (body,) = bodies
+        assert body.get(TARGET) == ([target] if target else None)
+        assert body.get("InstanceMarketOptions.MarketType") == ([market] if market else None)
+        cloud.close()
+        api.delete([i.id for i in api.list_tagged(TAG_RUN, f"run-{i}")])
+    # Spot and on-demand pools never target a held reservation of the same instance type.
+    api, _ = compute()
+    bodies = _sent(api.client("us-east-1"))
+    cloud = AwsProvider(api, run_id="run-od", options=AwsOptions(image_id=IMAGE, stage=f"s3://{moto.bucket}/_danlu/od"),
+                        state_dir=tmp_path / "od", held=cases[1][0])
+    cloud.provision(pool(zone=None, purchase="on_demand"), nodes=1, launch_id="l-1")
+    assert TARGET not in bodies[0] and "InstanceMarketOptions.MarketType" not in bodies[0]
+    cloud.close()
+    api.delete([i.id for i in api.list_tagged(TAG_RUN, "run-od")])
+    assert running_instances(moto) == []
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ server), speaks HTTPS to 127.0.0.1, and polls ARM's long-running operations.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 
@@ -106,6 +107,22 @@ def test_on_demand_vm_is_regular_and_zonal(api: AzureCompute, arm: ArmServer) ->
     assert body["zones"] == ["2"]
     api.delete([inst.id])
     _wait_gone(api, [inst.id])
+
+
+def test_a_held_pool_with_a_capacity_reservation_group_allocates_from_it(api: AzureCompute, arm: ArmServer) -> None:
+    group = ("/subscriptions/00000000-0000-0000-0000-0000000000a2/resourceGroups/rsv/providers/Microsoft.Compute/"
+             "capacityReservationGroups/team-t4")
+    request = _request(("r1-l-1-n0",), pool=_pool("reserved_held"))
+    (inst,) = api.create(dataclasses.replace(request, reservation_id=group))
+    props = arm.vms()[0]["body"]["properties"]
+    assert props["capacityReservation"] == {"capacityReservationGroup": {"id": group}}
+    assert props["priority"] == "Regular"
+    api.delete([inst.id])
+    _wait_gone(api, [inst.id])
+    (plain,) = api.create(_request(("r1-l-1-n1",), pool=_pool("reserved_held")))
+    assert "capacityReservation" not in arm.vms()[0]["body"]["properties"]
+    api.delete([plain.id])
+    _wait_gone(api, [plain.id])
 
 
 @pytest.mark.parametrize("code", [

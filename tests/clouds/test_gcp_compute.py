@@ -7,6 +7,7 @@ errors GCE returns in a zone operation rather than as the HTTP status.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -92,6 +93,18 @@ def test_on_demand_is_standard_and_a2_carries_its_gpus(gce, api):
     assert "instanceTerminationAction" not in body["scheduling"]
     assert "guestAccelerators" not in body
     assert accelerators_for(pool) == ("a2-highgpu-1g", [])
+
+
+def test_a_held_pool_with_a_reservation_name_consumes_that_reservation(gce, api):
+    pool = _pool("reserved_held", "a2-highgpu-1g", zone=None)
+    api.options = GcpOptions(project=gce.project, zones=("us-central1-c",))
+    request = _request(names=("held-n0",), pool=pool)
+    (named,) = api.create(dataclasses.replace(request, reservation_id="team-a100-block"))
+    assert gce.instance(named.id)["reservationAffinity"] == {
+        "consumeReservationType": "SPECIFIC_RESERVATION", "key": "compute.googleapis.com/reservation-name",
+        "values": ["team-a100-block"]}
+    (plain,) = api.create(_request(names=("held-n1",), pool=pool))
+    assert "reservationAffinity" not in gce.instance(plain.id)  # GCE's default: any matching reservation
 
 
 def test_describe_maps_states_and_a_missing_instance_is_terminated(gce, api):

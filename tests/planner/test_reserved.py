@@ -77,6 +77,39 @@ def test_an_until_with_a_time_of_day_ends_the_reservation_then():
     assert any("ended at 2026-11-30 11:30 UTC" in w for w in late.candidates.warnings)
 
 
+def test_a_capacity_block_serves_until_forty_minutes_before_its_end():
+    """AWS begins terminating a Capacity Block's instances 30 minutes before its end, with a warning
+    10 minutes before that: the plan leaves it at the warning."""
+    block = {**HELD_2, "until": (NOW + dt.timedelta(hours=11, minutes=30)).isoformat(),
+             "reservation_id": "cr-0123456789abcdef0", "capacity_block": True}
+    q = make_quote(job(2e10, [block]), CATALOG, top=0, frontier_points=0, now=NOW + dt.timedelta(hours=8))
+    held = [p for p in q.plan.solution.phases if p.config.purchase == HELD]
+    assert held and held[0].config.pool.term_hours == pytest.approx(3.5 - 40 / 60)
+    # Between the warning and the end it serves no more, and the warning says why.
+    late = make_quote(job(2e10, [block]), CATALOG, top=0, frontier_points=0,
+                      now=NOW + dt.timedelta(hours=11))
+    assert all(p.config.purchase != HELD for p in late.plan.solution.phases)
+    assert any("capacity block cr-0123456789abcdef0 ends at 2026-11-30 11:30 UTC" in w
+               and "leaves it at 2026-11-30 10:50 UTC" in w for w in late.candidates.warnings)
+    # A reservation that is not a block serves to its end.
+    plain = {**HELD_2, "until": block["until"], "reservation_id": "cr-0123456789abcdef0"}
+    q2 = make_quote(job(2e10, [plain]), CATALOG, top=0, frontier_points=0, now=NOW + dt.timedelta(hours=8))
+    assert [p.config.pool.term_hours for p in q2.plan.solution.phases if p.config.purchase == HELD] == [
+        pytest.approx(3.5)]
+
+
+@pytest.mark.parametrize("bad", [
+    {"capacity_block": True},
+    {"capacity_block": True, "cloud": "gcp", "reservation_id": "cr-0123456789abcdef0"},
+    {"capacity_block": True, "reservation_id": "cb-team-a100"},
+])
+def test_a_capacity_block_needs_aws_and_its_reservation_id(bad):
+    from planner.errors import JobSpecError
+
+    with pytest.raises(JobSpecError, match=r"purchase\.held\[0\].*capacity_block = true.*cloud = \"aws\".*cr-"):
+        job(1e9, [{**HELD_2, **bad}])
+
+
 def test_an_until_without_an_offset_is_refused_with_the_fix():
     from planner.errors import JobSpecError
 

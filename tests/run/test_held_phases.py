@@ -29,7 +29,7 @@ ENDS = dt.datetime.combine(UNTIL, dt.time(), tzinfo=dt.UTC).timestamp()
 LEAD_S = 0.04 * 3600
 
 
-def held_table(until: dt.date) -> str:
+def held_table(until: dt.date | dt.datetime, block: str = "") -> str:
     return f"""
 [[purchase.held]]
 cloud = "aws"
@@ -37,13 +37,15 @@ region = "us-east-1"
 instance_type = "g4dn.xlarge"
 count = 1
 until = {until.isoformat()}
+{block}
 """
 
 
-def start(tmp_path: Path, until: dt.date = UNTIL, held: HeldAllotment | None = None):
-    run_dir = new_run(tmp_path, restart_minutes=0.1, extra=held_table(until))
+def start(tmp_path: Path, until: dt.date | dt.datetime = UNTIL, held: HeldAllotment | None = None, block: str = "",
+          leave_at: float = ENDS):
+    run_dir = new_run(tmp_path, restart_minutes=0.1, extra=held_table(until, block))
     state = load_state(run_dir)
-    save_state(run_dir, state.model_copy(update={"origin": ENDS - LEAD_S}))
+    save_state(run_dir, state.model_copy(update={"origin": leave_at - LEAD_S}))
     return open_run(run_dir, script(), held=held)
 
 
@@ -68,6 +70,27 @@ def test_the_held_reservation_ends_at_a_checkpoint_and_spot_finishes_the_job(tmp
     # The held node is free; the spot node is billed at its price.
     assert [e["hourly_usd"] for e in run.events("node_up")] == [0.0, 0.16]
     assert summary["cost_usd"] == pytest.approx(billed(run.events()), rel=1e-9)
+
+
+def test_a_capacity_block_is_left_forty_minutes_before_its_end_when_aws_warns_of_its_termination(
+        tmp_path: Path) -> None:
+    """AWS terminates a Capacity Block's instances from 30 minutes before its end and warns 10
+    minutes before that: the plan counts the block's hours up to the warning and the run stops there
+    at a checkpoint, not at the end, when its node would long be gone with the work since its last save."""
+    end = dt.datetime(2031, 3, 10, 11, 30, tzinfo=dt.UTC)
+    leave = end.timestamp() - 40 * 60
+    run = start(tmp_path, until=end, block='reservation_id = "cr-0123456789abcdef0"\ncapacity_block = true',
+                leave_at=leave)
+    summary = run.run()
+    assert summary["status"] == "completed" and summary["steps"] == 300
+    first, second = summary["launches"]
+    assert first["pool_id"] == HELD and first["outcome"] == "phase_end" and summary["lost_steps"] == 0
+    assert second["pool_id"] == AWS_A and second["start_step"] == first["end_step"] > 0
+    stop = run.events("checkpoint_request")[0]
+    assert "capacity block cr-0123456789abcdef0 ends at 2031-03-10 11:30 UTC" in stop["reason"]
+    assert leave <= stop["t"] < leave + 5 * SCALE
+    down = next(e for e in run.events("node_down") if e["launch"] == "l-1")
+    assert leave <= down["t"] <= leave + 5 * SCALE
 
 
 def test_hours_on_a_held_node_are_not_exposure_of_the_spot_pool_with_the_same_id(tmp_path: Path) -> None:
