@@ -45,6 +45,7 @@ from runtime.providers.base import (
     Provider,
     ProviderContext,
     ProviderError,
+    refuse_terms,
 )
 from runtime.providers.notices import Notice
 
@@ -120,6 +121,7 @@ class AutoProvider(Provider):
 
     @classmethod
     def check_job(cls, job: JobSpec) -> None:
+        refuse_terms(job, cls.name)
         names = targets(job)
         where = {n: "[[purchase.cluster]]" if n == CLUSTER_CLOUD and n not in job.constraints.clouds
                  else "[constraints] clouds" for n in names}

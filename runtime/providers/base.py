@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pricing.pool import Pool
+from pricing.pool import TERM_YEARS, Pool
 from runtime.accounting.mailer import PASSWORD_ENV, USER_ENV
 from runtime.control.clock import Clock
 from runtime.errors import RuntimeFailure
@@ -59,6 +59,7 @@ __all__ = [
     "ProviderContext",
     "ProviderError",
     "child_environment",
+    "refuse_terms",
 ]
 
 
@@ -140,6 +141,27 @@ class NodeStatus:
     state: NodeState
     returncode: int | None = None
     detail: str = ""
+
+
+def refuse_terms(job: JobSpec, provider: str) -> None:
+    """Refuse a job that lets its plans buy a reservation term on a real cloud's provider.
+
+    Launching instances is all such a provider does: a plan's new 1- or 3-year term would run as
+    on-demand nodes the cloud bills by the hour while the ledger had charged the whole term, and
+    a commitment that size is not bought from inside a training run.
+
+    Raises:
+        ProviderError: naming the key and the fix.
+    """
+    terms = [p for p in job.purchase.allow if p in TERM_YEARS]
+    if terms:
+        raise ProviderError(
+            f"[purchase] allow: {', '.join(terms)}: provider {provider!r} launches instances and does not buy "
+            "reservation terms (the nodes would run on demand, billed by the hour, while the plan paid for the "
+            f"term). To fix: remove {', '.join(repr(t) for t in terms)} from allow (`planner quote` still prices "
+            "them); a term the team has bought goes under [[purchase.held]], with its reservation_id where "
+            "launches must target it."
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,7 @@ from runtime.providers.base import (
     Provider,
     ProviderContext,
     ProviderError,
+    refuse_terms,
 )
 from runtime.providers.cloud_api import (
     TAG_HOME,
@@ -71,7 +72,7 @@ from runtime.tracking.meter import METER_FILE
 from runtime.training.contract import CONTROL_FILE
 
 if TYPE_CHECKING:
-    from planner.job import HeldReservation
+    from planner.job import HeldReservation, JobSpec
 
 __all__ = [
     "CloudOptions",
@@ -200,6 +201,11 @@ class CloudProvider(Provider):
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:
         cls.parse_options(options)
+
+    @classmethod
+    def check_job(cls, job: JobSpec) -> None:
+        super().check_job(job)
+        refuse_terms(job, cls.name)
 
     @classmethod
     def from_context(cls, context: ProviderContext) -> CloudProvider:

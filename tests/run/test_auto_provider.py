@@ -279,6 +279,29 @@ def test_auto_needs_an_object_store_checkpoint_dir(tmp_path: Path, capsys: pytes
     assert "must be an object-store URL for provider 'auto'" in " ".join(capsys.readouterr().err.split())
 
 
+@pytest.mark.parametrize("provider", ["auto", "aws", "gcp"])
+def test_a_cloud_run_whose_plans_may_buy_a_reservation_term_is_refused_before_anything_is_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], provider: str) -> None:
+    """A cloud provider launches instances: a plan's new 1-year term would run on demand, billed by
+    the hour, while the ledger charged the whole term."""
+    options = GOOD if provider == "auto" else ""
+    path = _job(tmp_path, options, provider=provider, clouds=f'["{"aws" if provider == "auto" else provider}"]')
+    path.write_text(path.read_text().replace('allow = ["spot", "on_demand"]',
+                                             'allow = ["spot", "on_demand", "reserved_1y"]'))
+    assert main(["run", str(path), "--run-dir", str(tmp_path / "run")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"[purchase] allow: reserved_1y: provider '{provider}' launches instances and does not buy reservation " \
+           "terms" in err
+    assert "To fix: remove 'reserved_1y' from allow" in err and "[[purchase.held]]" in err
+    assert not (tmp_path / "run").exists()
+    # The same job without the term passes that check (the local provider simulates a term's purchase).
+    path.write_text(path.read_text().replace(', "reserved_1y"', ""))
+    try:
+        registry.load(provider).check_job(load_job(path))
+    except ProviderError as exc:  # gcp wants its project; nothing about terms
+        assert "allow" not in str(exc)
+
+
 def test_the_shipped_example_of_a_mixed_plan_passes_the_checks() -> None:
     job = load_job(Path(__file__).resolve().parents[2] / "examples" / "cluster-burst.toml")
     assert job.run.provider == "auto" and targets(job) == ["kubernetes", "aws"]
