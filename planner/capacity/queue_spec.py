@@ -74,6 +74,8 @@ class HeldCapacity(_Section):
     count: int = Field(ge=1, le=4096)
     from_slot: int = Field(default=0, ge=0, le=MAX_SLOTS)
     until_slot: int | None = Field(default=None, ge=1, le=MAX_SLOTS)
+    # The cloud's name for it, which the runs' launches target (as [[purchase.held]] reservation_id).
+    reservation_id: str | None = Field(default=None, min_length=1, max_length=1024, pattern=r"^\S+$")
 
     @model_validator(mode="after")
     def _window(self) -> HeldCapacity:

@@ -72,7 +72,7 @@ def job_for_run(js: JobSchedule, schedule: QueueSchedule, *, today: dt.date) -> 
     start_h = js.segments[0].start_slot * spec.slot_hours
     until = today + dt.timedelta(days=math.ceil(spec.horizon_slots * spec.slot_hours / 24) + 1)
     held = tuple(HeldReservation(cloud=r.cloud, region=r.region, instance_type=r.instance_type, count=r.count,
-                                 until=until) for r in spec.reservations)
+                                 until=until, reservation_id=r.reservation_id) for r in spec.reservations)
     allow = tuple(p for p in job.spec.purchase.allow if p in spec.allow) or job.spec.purchase.allow
     purchase = job.spec.purchase.model_copy(update={"held": held, "allow": allow})
     update: dict[str, Any] = {}

@@ -14,6 +14,7 @@ import pytest
 from planner.capacity.queue import Option, job_options, schedule, window
 from planner.capacity.queue_spec import load_queue
 from planner.cli import main
+from runtime.control.queue_run import job_for_run
 from pricing.pool import HELD
 from pricing.sources import resolve_catalog as load_catalog_path
 from tests.run.helpers import HEADER
@@ -169,3 +170,14 @@ def test_options_are_effective_throughput(tmp_path: Path) -> None:
     assert isinstance(one, Option) and one.usd_per_hour == pytest.approx(0.20)
     four = next(o for o in opts if o.pool.gpus_per_node == 4 and o.nodes == 2 and o.held is None)
     assert four.units_per_hour == pytest.approx(8 * 3600.0) and four.usd_per_hour == pytest.approx(2.80)
+
+
+def test_the_runs_of_a_queue_target_the_reservation_its_file_names(tmp_path: Path) -> None:
+    held = HELD_4 + 'reservation_id = "cr-0123456789abcdef0"\n'
+    queue, catalog_path = write(tmp_path, 'name = "q"\nslot_hours = 1.0\nhorizon_slots = 4\n' + held + job("a", 1000, 4))
+    spec = load_queue(queue)
+    today = dt.date(2026, 1, 1)
+    planned = schedule(spec, load_catalog_path(catalog_path), today=today)
+    (js,) = planned.jobs
+    (entry,) = job_for_run(js, planned, today=today).purchase.held
+    assert (entry.instance_type, entry.reservation_id) == ("g4dn.12xlarge", "cr-0123456789abcdef0")
