@@ -336,7 +336,11 @@ class _View:
         if record["event"] in ("plan", "replan") and record.get("pool") is None:
             template = "no plan: {reason}"
         if record["event"] == "decision":
-            record = {**record, "choice": _choice(record.get("target"))}
+            target = record.get("target")
+            reason = str(record.get("reason", ""))
+            if _choice(target).startswith("spot ("):  # the pool the policy looked at is not the one the re-plan takes
+                reason = reason.replace(f" in {target}", "")
+            record = {**record, "choice": _choice(target), "reason": reason}
         try:
             text = template.format(**record)
         except (KeyError, ValueError):

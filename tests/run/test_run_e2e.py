@@ -81,6 +81,8 @@ def test_preemptions_of_every_notice_kind_end_bitwise_equal(reference: dict[str,
     # A decision says what the policy chose (spot, on-demand, wait), never a pool the re-plan may not take.
     choices = re.findall(r"policy danlu: (.*?) -- ", " ".join(out.split()))
     assert len(choices) == 3 and set(choices) <= {"spot (the re-plan chooses the pool)", "on_demand", "wait for spot"}
+    reasons = re.findall(r"policy danlu: .*? -- (.*?)(?= sim \d\d:|$)", " ".join(out.split()))
+    assert len(reasons) == 3 and not any(re.search(r"\b(aws|gcp|azure|lambda):", r) for r in reasons), reasons
     run_dir = tmp_path / "run"
     assert rc == 0, summary
     assert summary["status"] == "completed" and summary["steps"] == STEPS
