@@ -174,7 +174,8 @@ def test_options_are_effective_throughput(tmp_path: Path) -> None:
 
 def test_the_runs_of_a_queue_target_the_reservation_its_file_names(tmp_path: Path) -> None:
     held = HELD_4 + 'reservation_id = "cr-0123456789abcdef0"\n'
-    queue, catalog_path = write(tmp_path, 'name = "q"\nslot_hours = 1.0\nhorizon_slots = 4\n' + held + job("a", 1000, 4))
+    body = 'name = "q"\nslot_hours = 1.0\nhorizon_slots = 4\n' + held + job("a", 1000, 4)
+    queue, catalog_path = write(tmp_path, body)
     spec = load_queue(queue)
     today = dt.date(2026, 1, 1)
     planned = schedule(spec, load_catalog_path(catalog_path), today=today)
