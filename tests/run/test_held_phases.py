@@ -81,6 +81,8 @@ def test_a_capacity_block_is_left_forty_minutes_before_its_end_when_aws_warns_of
     leave = end.timestamp() - 40 * 60
     run = start(tmp_path, until=end, block='reservation_id = "cr-0123456789abcdef0"\ncapacity_block = true',
                 leave_at=leave)
+    # The provider is given the reservation its launches on the held pool target.
+    assert [(h.reservation_id, h.capacity_block) for h in run.provider.context.held] == [("cr-0123456789abcdef0", True)]
     summary = run.run()
     assert summary["status"] == "completed" and summary["steps"] == 300
     first, second = summary["launches"]
