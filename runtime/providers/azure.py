@@ -177,8 +177,9 @@ class AzureOptions(CloudOptions):
         sub = self.subscription_id or os.environ.get(SUBSCRIPTION_ENV, "")
         if not sub:
             raise ProviderError(
-                f"[run.options] subscription_id is not set and ${SUBSCRIPTION_ENV} is empty. To fix: set "
-                f"subscription_id = \"<subscription uuid>\" in [run.options], or export {SUBSCRIPTION_ENV}."
+                f"no Azure subscription: ${SUBSCRIPTION_ENV} is empty and no subscription_id is set. To fix: export "
+                f"{SUBSCRIPTION_ENV}=<subscription uuid> (a run may set subscription_id = \"<subscription uuid>\" "
+                "in its [run.options] instead)."
             )
         return sub
 

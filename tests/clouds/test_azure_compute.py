@@ -191,7 +191,7 @@ def test_options_name_the_bad_key_and_the_fix(arm: ArmServer) -> None:
 
 def test_no_subscription_is_refused_naming_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AZURE_SUBSCRIPTION_ID", raising=False)
-    with pytest.raises(ProviderError, match=r"subscription_id is not set .*AZURE_SUBSCRIPTION_ID"):
+    with pytest.raises(ProviderError, match=r"no Azure subscription: \$AZURE_SUBSCRIPTION_ID is empty.*To fix: export AZURE_SUBSCRIPTION_ID="):
         AzureProvider.check_options(OPTIONS)
 
 
