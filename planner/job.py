@@ -165,6 +165,9 @@ class HeldReservation(_Section):
     # open ODCR or a committed-use discount bills at the reserved rate by themselves.
     reservation_id: str | None = Field(default=None, min_length=1, max_length=1024, pattern=r"^\S+$")
     capacity_block: bool = False
+    # When it starts, if later than the plan (a capacity block bought for a future date): a date (its start,
+    # UTC) or a moment with its UTC offset, as `until`.
+    starts: dt.datetime | dt.date | None = None
 
     @model_validator(mode="after")
     def _block(self) -> HeldReservation:
@@ -172,9 +175,13 @@ class HeldReservation(_Section):
                                                                              self.reservation_id or "")):
             raise ValueError("capacity_block = true is for an AWS EC2 Capacity Block for ML: set cloud = \"aws\" "
                              "and reservation_id to its Capacity Reservation id (cr- and 17 hex digits)")
+        if self.starts_at is not None and self.starts_at >= self.usable_until:
+            raise ValueError(f"starts ({self.starts_at.isoformat()}) must be before the reservation ends"
+                             + (" (a capacity block is left 40 minutes before its until)" if self.capacity_block
+                                else f" (until {self.ends_at.isoformat()})"))
         return self
 
-    @field_validator("until", mode="before")
+    @field_validator("until", "starts", mode="before")
     @classmethod
     def _parse_until(cls, value: Any) -> Any:
         if isinstance(value, str):  # read back from a run's state: a date stays a date
@@ -184,9 +191,9 @@ class HeldReservation(_Section):
                 return dt.datetime.fromisoformat(value)
         return value
 
-    @field_validator("until")
+    @field_validator("until", "starts")
     @classmethod
-    def _aware(cls, value: dt.datetime | dt.date) -> dt.datetime | dt.date:
+    def _aware(cls, value: dt.datetime | dt.date | None) -> dt.datetime | dt.date | None:
         if isinstance(value, dt.datetime):
             if value.tzinfo is None:
                 raise ValueError(f"{value.isoformat()} has no UTC offset: write {value.isoformat()}Z for UTC "
@@ -200,6 +207,16 @@ class HeldReservation(_Section):
         if isinstance(self.until, dt.datetime):
             return self.until
         return dt.datetime.combine(self.until, dt.time(), tzinfo=dt.UTC)
+
+    @property
+    def starts_at(self) -> dt.datetime | None:
+        """The moment the reservation starts (None: it has started), as :attr:`ends_at` reads ``until``."""
+        if self.starts is None or isinstance(self.starts, dt.datetime):
+            return self.starts
+        return dt.datetime.combine(self.starts, dt.time(), tzinfo=dt.UTC)
+
+    def started(self, now: dt.datetime) -> bool:
+        return self.starts_at is None or self.starts_at <= now
 
     @property
     def usable_until(self) -> dt.datetime:

@@ -20,7 +20,7 @@ import numpy as np
 
 from planner.cluster import cluster_configs
 from planner.errors import JobSpecError, PlannerError
-from planner.job import JobSpec
+from planner.job import JobSpec, when
 from planner.overhead import SpotOverhead, spot_overhead
 from planner.transfer import Transfers
 from planner.workload import WorkModel, workers
@@ -371,6 +371,11 @@ def _held_configs(job, work, catalog, now: dt.datetime, builder: _Builder, warni
         hours_left = (held.usable_until - now).total_seconds() / 3600  # from this moment, not from midnight
         if hours_left <= 0:
             warnings.append(f"purchase.held[{i}]: {held.ended()}; not used")
+            continue
+        if not held.started(now):
+            assert held.starts_at is not None
+            warnings.append(f"purchase.held[{i}]: starts {when(held.starts_at)}; not in this plan (a run re-plans "
+                            "then and moves onto it where that costs less)")
             continue
         out += builder.configs(Pool.held(o, hours_left=hours_left), o, None, max_nodes=held.count)
     return out

@@ -45,6 +45,7 @@ _SHOWN = {
     "preemption": "preempted: {pool} cools down; interruption estimate {prior_rate}/h -> {interruption_rate}/h",
     "phase_end": "phase end: {pool} is left for the rest of the run after {hours} h, at step {step}",
     "too_slow": "too slow for the deadline: {pool} {reason}",
+    "held_start": "held capacity started: {pool} is left ({reason})",
     "failure": "failure {failures} of {max_restarts} allowed: {cause}",
     "gpus_unmatched": "launch {launch}: {message}",
     "steps_unmatched": "launch {launch}: {message}",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from planner.workload import workers
 from pricing.pool import CLUSTER
 from runtime.accounting import alerts, forecast
-from runtime.control import pace, planning
+from runtime.control import held_start, pace, planning
 from runtime.control.launch_end import LaunchEnd, classify
 from runtime.control.run_state import LaunchRecord, Throughput
 from runtime.control.run_summary import units_per_step
@@ -37,6 +37,8 @@ def follow(controller: Controller, record: LaunchRecord, nodes: list[Node]) -> L
     phase_end = False
     pace_watch = pace.PaceWatch(controller, record)
     too_slow = False
+    held_watch = held_start.HeldStartWatch(controller, record)
+    moved = False
     while True:
         statuses = provider.poll(nodes)
         if record.training_at is None:
@@ -91,6 +93,11 @@ def follow(controller: Controller, record: LaunchRecord, nodes: list[Node]) -> L
                         units_per_hour=round(slow.units_per_hour, 4), hours_needed=round(slow.hours_needed, 4),
                         hours_left=round(slow.hours_left, 4), move_to=slow.move_to)
             stop_sent = workers.request("stop", f"too slow for the deadline: checkpoint and move to {slow.move_to}")
+        elif stop_sent is None and (move := held_watch.started()) is not None:
+            moved = True
+            events.emit("held_start", launch=record.launch_id, pool=record.label(), reason=move.reason,
+                        move_to=move.move_to)
+            stop_sent = workers.request("stop", f"{move.reason}: checkpoint and move")
         if stop_sent is not None and workers.state(record.launch_id) == "preempted":
             break  # the checkpoint is committed: release now rather than pay for the workers' teardown
         ended = any(st.state in (NodeState.EXITED, NodeState.RECLAIMED) for st in statuses)
@@ -112,9 +119,9 @@ def follow(controller: Controller, record: LaunchRecord, nodes: list[Node]) -> L
         node, seen = notice
         provider.acknowledge(node, seen)  # Azure: evict now, the checkpoint is safe
     release(controller, record, nodes, reason="preempted" if notice or reclaimed else
-            "phase end" if phase_end else "too slow" if too_slow else "launch ended")
+            "phase end" if phase_end else "too slow" if too_slow else "held start" if moved else "launch ended")
     return classify(controller, record, statuses, reclaimed=reclaimed, budget_stop=budget_stop, notice=notice,
-                    phase_end=phase_end, too_slow=too_slow)
+                    phase_end=phase_end, too_slow=too_slow, held_start=moved)
 
 
 def _steps_unmatched(controller: Controller, max_steps: int | None) -> str | None:

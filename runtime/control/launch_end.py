@@ -36,12 +36,13 @@ class LaunchEnd:
     permanent: bool = False  # a failure a retry would repeat (the checkpoint storage refuses writes)
     phase_end: bool = False  # stopped at a checkpoint because the pool's phase ended (runtime.control.phases)
     too_slow: bool = False  # stopped at a checkpoint to move where the deadline is met (runtime.control.pace)
+    held_start: bool = False  # stopped at a checkpoint to move onto held capacity (runtime.control.held_start)
     lost_steps: int = 0  # trained past the last committed checkpoint
 
 
 def classify(controller: Controller, record: LaunchRecord, statuses: Sequence[NodeStatus], *, reclaimed: bool,
              budget_stop: bool, notice: tuple[Node, Notice] | None, failure: str | None = None,
-             phase_end: bool = False, too_slow: bool = False) -> LaunchEnd:
+             phase_end: bool = False, too_slow: bool = False, held_start: bool = False) -> LaunchEnd:
     """The launch's outcome, once its nodes are released; logged (``launch_end``) and kept in the run state."""
     state = controller.state
     status = controller.workers.status(record.launch_id)
@@ -71,18 +72,20 @@ def classify(controller: Controller, record: LaunchRecord, statuses: Sequence[No
     # with a checkpoint: planned, not a preemption.
     planned = outcome is contract.Outcome.PREEMPTED and status is not None and status.state == "preempted" \
         and notice is None and not reclaimed
-    phase_end, too_slow = phase_end and planned, too_slow and planned
-    record.outcome = "phase_end" if phase_end else "too_slow" if too_slow else outcome.value
+    phase_end, too_slow, held_start = phase_end and planned, too_slow and planned, held_start and planned
+    record.outcome = ("phase_end" if phase_end else "too_slow" if too_slow else "held_start" if held_start
+                      else outcome.value)
     record.reason = reason
     controller.events.emit("launch_end", launch=record.launch_id, outcome=record.outcome, reason=reason,
                            committed_step=committed, reached_step=reached, lost_steps=lost,
                            nodes={st.node_id: st.state.value for st in statuses})
-    if outcome is contract.Outcome.PREEMPTED and not budget_stop and not phase_end and not too_slow:
+    if outcome is contract.Outcome.PREEMPTED and not budget_stop and not phase_end and not too_slow \
+            and not held_start:
         state.lost_steps += lost
     controller.save()
     kept = status is not None and status.state == "preempted"  # the stop's checkpoint committed
     return LaunchEnd(outcome, reason, budget_stop=budget_stop, checkpoint_kept=kept, permanent=permanent,
-                     phase_end=phase_end, too_slow=too_slow, lost_steps=lost)
+                     phase_end=phase_end, too_slow=too_slow, held_start=held_start, lost_steps=lost)
 
 
 def _estimate_step(controller: Controller, record: LaunchRecord, status: contract.RunStatus | None) -> int:
@@ -154,7 +157,13 @@ def after(controller: Controller, end: LaunchEnd) -> None:
     elif end.phase_end:
         _phase_ended(controller, state.launches[-1])
     elif end.too_slow:
-        _too_slow(controller, state.launches[-1])
+        record = state.launches[-1]
+        _move(controller, f"{record.label()} too slow for the deadline at step {record.end_step}",
+              "the launch is too slow for the deadline: re-plan now")
+    elif end.held_start:
+        record = state.launches[-1]
+        _move(controller, f"{record.label()} left at step {record.end_step} for held capacity that started",
+              "held capacity started: re-plan now")
     elif end.outcome is contract.Outcome.PREEMPTED:
         _preempted(controller, state.launches[-1])
     else:
@@ -236,14 +245,13 @@ def _phase_ended(controller: Controller, record: LaunchRecord) -> None:
     planning.choose_pool(controller, preempted=None, reason=f"{pool.id}: its phase ended at step {record.end_step}")
 
 
-def _too_slow(controller: Controller, record: LaunchRecord) -> None:
-    """Left at a checkpoint because its pace would miss the deadline (runtime.control.pace): re-plan at once
-    with what it measured. Not the switching policy's call: it judges a preemption's risk, and its answer
-    (on-demand, say) could rule out the plan that meets the deadline."""
+def _move(controller: Controller, reason: str, decision: str) -> None:
+    """Left at a checkpoint for a better plan (runtime.control.pace: its pace would miss the deadline;
+    runtime.control.held_start: held capacity started): re-plan at once with what it measured. Not the
+    switching policy's call: it judges a preemption's risk, and its answer (on-demand, say) could rule
+    out the plan the move was for."""
     state = controller.state
-    reason = f"{record.label()} too slow for the deadline at step {record.end_step}"
-    controller.events.emit("decision", policy=state.policy, target=REPLAN_TARGET,
-                           reason="the launch is too slow for the deadline: re-plan now", trigger=reason)
+    controller.events.emit("decision", policy=state.policy, target=REPLAN_TARGET, reason=decision, trigger=reason)
     state.set_pool(None, None)
     controller.save()
     planning.plan_next(controller, purchase=None, reason=reason)

@@ -174,7 +174,7 @@ def phase_end_at(controller: Controller, record: LaunchRecord) -> tuple[float, s
                                controller.state.pool_hours.get(record.pool.id, 0.0))
     if hours is not None:
         return record.provisioned_at + hours * 3600, "the hours the plan gives the team's cluster"
-    held = phases.held_reservation(job, record.pool)
+    held = phases.held_reservation(job, record.pool, record.provisioned_at)
     if held is not None and held.capacity_block:
         return held.usable_until.timestamp(), (f"capacity block {held.reservation_id} ends {when(held.ends_at)} "
                                                "and AWS terminates its instances from 30 minutes before")

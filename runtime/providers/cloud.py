@@ -29,6 +29,7 @@ returning its :class:`~runtime.providers.cloud_api.ComputeAPI`. Everything else 
 from __future__ import annotations
 
 import abc
+import datetime as dt
 import json
 import logging
 import re
@@ -250,12 +251,13 @@ class CloudProvider(Provider):
     # -- Provider ---------------------------------------------------------------------------
     def _reservation(self, pool: Pool) -> HeldReservation | None:
         """The reservation a launch on ``pool`` runs in: the first ``[[purchase.held]]`` entry for its
-        instance type that names one (``reservation_id``) and has not ended on the run's clock. None:
+        instance type that names one (``reservation_id``) and has started and not ended on the run's clock. None:
         not a held pool, or a reservation the cloud applies by itself (a regional RI, an open ODCR)."""
         if pool.purchase != HELD:
             return None
         now = self.clock.now()
         return next((h for h in self.held if h.reservation_id and h.usable_until.timestamp() > now
+                     and h.started(dt.datetime.fromtimestamp(now, dt.UTC))
                      and (h.cloud, h.region, h.instance_type) == (pool.cloud, pool.region, pool.instance_type)),
                     None)
 

@@ -423,6 +423,7 @@ _SHOWN = {
     "preemption": "preempted at step {step}: {pool} cools down; interruptions/h {prior_rate} -> {interruption_rate}",
     "phase_end": "phase end at step {step}: {pool} is left after {hours} h",
     "too_slow": "too slow for the deadline: {pool} is left ({reason})",
+    "held_start": "held capacity started: {pool} is left ({reason})",
     "failure": "failure {failures} of {max_restarts} allowed: {cause}",
     "gpus_unmatched": "launch {launch}: {message}",
     "steps_unmatched": "launch {launch}: {message}",

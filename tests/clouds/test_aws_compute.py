@@ -187,6 +187,11 @@ def test_a_held_pool_runs_in_the_reservation_its_entry_names_and_a_capacity_bloc
          "cr-0bbbbbbbbbbbbbbbb", "capacity-block"),
         ((entry(until=now + dt.timedelta(days=2), reservation_id="cr-0cccccccccccccccc"),),
          "cr-0cccccccccccccccc", None),
+        # One that has not started yet is not the cloud's to launch into.
+        ((entry(until=now + dt.timedelta(days=2), starts=now + dt.timedelta(days=1),
+                reservation_id="cr-0dddddddddddddddd"),
+          entry(until=now + dt.timedelta(days=2), reservation_id="cr-0eeeeeeeeeeeeeeee")),
+         "cr-0eeeeeeeeeeeeeeee", None),
         ((entry(until=now + dt.timedelta(days=2)),), None, None),  # a regional RI: EC2 applies it by itself
     ]
     for i, (entries, target, market) in enumerate(cases):

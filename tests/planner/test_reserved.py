@@ -110,6 +110,28 @@ def test_a_capacity_block_needs_aws_and_its_reservation_id(bad):
         job(1e9, [{**HELD_2, **bad}])
 
 
+def test_a_reservation_that_starts_later_is_in_no_plan_before_it_starts():
+    later = {**HELD_2, "starts": (NOW + dt.timedelta(hours=10)).isoformat()}
+    before = make_quote(job(2e10, [later]), CATALOG, top=0, frontier_points=0, now=NOW)
+    assert all(p.config.purchase != HELD for p in before.plan.solution.phases)
+    assert any("purchase.held[0]: starts at 2026-11-30 10:00 UTC; not in this plan" in w
+               for w in before.candidates.warnings)
+    after = make_quote(job(2e10, [later]), CATALOG, top=0, frontier_points=0, now=NOW + dt.timedelta(hours=10))
+    assert after.plan.solution.phases[0].config.purchase == HELD
+    assert not any("starts" in w for w in after.candidates.warnings)
+
+
+@pytest.mark.parametrize(("starts", "message"), [
+    ("2027-03-01", r"starts \(2027-03-01T00:00:00\+00:00\) must be before the reservation ends \(until 2027-03-01"),
+    (dt.datetime(2027, 2, 1, 12), r"purchase\.held\[0\]\.starts: .*no UTC offset"),
+])
+def test_a_start_not_before_the_end_or_without_an_offset_is_refused(starts, message):
+    from planner.errors import JobSpecError
+
+    with pytest.raises(JobSpecError, match=message):
+        job(1e9, [{**HELD_2, "starts": starts}])
+
+
 def test_an_until_without_an_offset_is_refused_with_the_fix():
     from planner.errors import JobSpecError
 

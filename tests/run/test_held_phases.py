@@ -95,6 +95,29 @@ def test_a_capacity_block_is_left_forty_minutes_before_its_end_when_aws_warns_of
     assert leave <= down["t"] <= leave + 5 * SCALE
 
 
+def test_a_reservation_that_starts_while_the_job_trains_on_spot_takes_it_over_at_a_checkpoint(
+        tmp_path: Path) -> None:
+    """A capacity block bought for a later date is in no plan made before it starts; when it starts,
+    the re-plan moves the job onto it (free) at a checkpoint: planned, nothing lost, no cool-down."""
+    origin = dt.datetime(2031, 3, 10, tzinfo=dt.UTC).timestamp()
+    starts = dt.datetime(2031, 3, 10, 0, 1, 48, tzinfo=dt.UTC)  # 0.03 h into the 0.1 h job
+    run = start(tmp_path, until=UNTIL + dt.timedelta(days=1), leave_at=origin + LEAD_S,
+                block=f"starts = {starts.isoformat().replace('+00:00', 'Z')}")
+    summary = run.run()
+    assert summary["status"] == "completed" and summary["steps"] == 300
+    first, second = summary["launches"]
+    assert first["pool_id"] == AWS_A and first["outcome"] == "held_start"
+    assert second["pool_id"] == HELD and second["start_step"] == first["end_step"] > 0
+    assert summary["preemptions"] == 0 and summary["lost_steps"] == 0 and not load_state(run.run_dir).cooling
+    (moved,) = run.events("held_start")
+    assert moved["move_to"].endswith("reserved_held aws:us-east-1") and starts.timestamp() <= moved["t"]
+    assert moved["t"] < starts.timestamp() + 5 * SCALE
+    assert "held capacity started at 2031-03-10 00:01 UTC" in run.events("checkpoint_request")[0]["reason"]
+    # Spot until the move, the held node free after it.
+    assert [e["hourly_usd"] for e in run.events("node_up")] == [0.16, 0.0]
+    assert summary["cost_usd"] == pytest.approx(billed(run.events()), rel=1e-9)
+
+
 def test_hours_on_a_held_node_are_not_exposure_of_the_spot_pool_with_the_same_id(tmp_path: Path) -> None:
     """Azure's spot pools have no zone, so a held (or on-demand) Azure pool's id is its spot pool's.
     The run holds an Azure T4 until the reservation ends, re-plans onto Azure spot and is preempted
