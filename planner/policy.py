@@ -36,11 +36,16 @@ from typing import Protocol
 from planner.policy_memory import PolicyMemory, PoolRecord
 
 __all__ = [
-    "ON_DEMAND", "POLICY_NAMES", "Decision", "Policy", "PolicyMemory", "PolicyState", "PoolRecord", "make_policy",
+    "ON_DEMAND", "POLICY_NAMES", "REPLAN_TARGET", "Decision", "Policy", "PolicyMemory", "PolicyState", "PoolRecord",
+    "make_policy",
 ]
 
 ON_DEMAND = "on_demand"
 """The ``target`` (and ``current``) value that means the on-demand instance."""
+
+REPLAN_TARGET = "replan"
+"""A run's decision to re-plan over everything the job allows (no purchase option narrowed): there is
+nothing worth waiting for, or the launch was left for a better plan."""
 
 POLICY_NAMES = ("on_demand", "greedy", "uniform_progress", "danlu")
 

@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from planner.job import load_job
+from planner.policy import REPLAN_TARGET
 from planner.tables import Column, fitted_table
 
 if TYPE_CHECKING:
@@ -123,6 +124,8 @@ def _choice(target: str | None) -> str:
         return "wait for spot"
     if target in ("on_demand", "cluster"):
         return target
+    if target == REPLAN_TARGET:
+        return "re-plan over every pool the job allows"
     return "spot (the re-plan chooses the pool)"
 
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from planner.job import JobSpec
 from planner.milp import Limits, Solution
 from planner.plan import Planned, plan
-from planner.policy import ON_DEMAND, Decision, Policy, PolicyMemory, PolicyState
+from planner.policy import ON_DEMAND, REPLAN_TARGET, Decision, Policy, PolicyMemory, PolicyState
 from planner.pools import catalog_filter
 from planner.quote import PlanView, make_quote, view
 from planner.workload import WorkModel, blend_rate, work_model, workers
@@ -289,11 +289,6 @@ def elsewhere_usd_per_hour(job: JobSpec, catalog: Catalog, pool: Pool, nodes: in
     if not speed or not math.isfinite(per_speed):
         return None
     return per_speed * speed * workers(job, pool.gpus_per_node, nodes)
-
-
-REPLAN_TARGET = "replan"
-"""A decision to re-plan over everything the job allows (no purchase option narrowed): there is nothing
-worth waiting for."""
 
 
 def decide(

@@ -116,6 +116,17 @@ def test_a_reservation_that_starts_while_the_job_trains_on_spot_takes_it_over_at
     # Spot until the move, the held node free after it.
     assert [e["hourly_usd"] for e in run.events("node_up")] == [0.16, 0.0]
     assert summary["cost_usd"] == pytest.approx(billed(run.events()), rel=1e-9)
+    # The terminal's lines: the move and a re-plan over every pool (not a policy's "spot").
+    from rich.console import Console
+
+    from planner.commands.run import _View
+
+    console = Console(record=True, width=400)
+    for record in run.events():
+        _View(console).event(record)
+    lines = console.export_text()
+    assert f"held capacity started: {first['pool']} is left (held capacity started at" in lines
+    assert "policy danlu: re-plan over every pool the job allows -- held capacity started: re-plan now" in lines
 
 
 def test_hours_on_a_held_node_are_not_exposure_of_the_spot_pool_with_the_same_id(tmp_path: Path) -> None:
