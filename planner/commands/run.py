@@ -95,6 +95,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="with --resume: a new deadline, HOURS of the run's clock from now (later or sooner), to "
                         "finish a run that ended because no plan met its deadline (or one cancelled, failed or "
                         "still running)")
+    p.add_argument("--held-from", metavar="JOB",
+                   help="with --resume: take the held reservations ([[purchase.held]]) of JOB -- the run's job file, "
+                        "edited -- for a reservation bought, extended or given up since the start; the run "
+                        "re-plans on them. JOB must not change anything else")
     p.add_argument("--provider", metavar="NAME",
                    help="where nodes come from: a provider registered under the danlu.providers entry points "
                         "(default: the job's [run].provider; an unknown name lists the registered ones)")
@@ -129,6 +133,20 @@ def _choice(target: str | None) -> str:
     return "spot (the re-plan chooses the pool)"
 
 
+def _apply_held(update: Any, console: Console) -> None:
+    """Apply a checked `--held-from` (:mod:`runtime.control.held_update`) and say what it changed."""
+    from runtime.control import held_update
+
+    held_update.apply(update)
+    if not update.changed:
+        console.print(f"held reservations: {update.source} lists the ones the run has; nothing changed", soft_wrap=True)
+    for verb, entries in (("added", update.added), ("removed", update.removed)):
+        for entry in entries:
+            console.print(f"held reservation {verb}: {escape(entry)}", soft_wrap=True)
+    for line in update.kept:
+        console.print(f"the run keeps its {escape(line)}", soft_wrap=True)
+
+
 def _positive(text: str) -> float:
     value = float(text)
     if not value > 0:
@@ -149,7 +167,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
 
 def _run(args: argparse.Namespace, console: Console) -> int:
     from danlu.extras import require
-    from runtime.control import detach, queue_held
+    from runtime.control import detach, held_update, queue_held
     from runtime.control.chaos import parse_chaos
     from runtime.control.controller import Controller, Tuning
     from runtime.control.run_start import new_state, preflight, preflight_resume
@@ -192,13 +210,17 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         lock = detach.ControllerLock(run_dir).acquire()
         try:
             # Its script gone: refused before it is reopened.
-            preflight_resume(run_dir, load_state(run_dir),
-                             new_terms=args.budget_usd is not None or args.deadline_in is not None)
+            preflight_resume(run_dir, load_state(run_dir), new_terms=any(
+                flag is not None for flag in (args.budget_usd, args.deadline_in, args.held_from)))
+            # Checked before anything is written, applied after the budget (which refuses a smaller one).
+            held = None if args.held_from is None else held_update.check(run_dir, args.held_from)
             queue = queue_held.read(run_dir)
             if queue is not None:
                 queue_lock = queue_held.lock_queue(run_dir.parent, queue.queue)
             if args.budget_usd is not None:
                 raise_budget(run_dir, args.budget_usd)
+            if held is not None:
+                _apply_held(held, console)
             if args.deadline_in is not None:  # after the budget: a run the cap stopped is reopened by that
                 move_deadline(run_dir, args.deadline_in)
             if (ended := reopen_stopped(run_dir)) is not None:
@@ -220,6 +242,9 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         if args.deadline_in is not None:
             raise RuntimeFailure("--deadline-in goes with --resume RUN_DIR; for a new run set [constraints] "
                                  "deadline_hours")
+        if args.held_from is not None:
+            raise RuntimeFailure("--held-from goes with --resume RUN_DIR; a new run takes the job's "
+                                 "[[purchase.held]] as it is")
         if not args.job:
             raise RuntimeFailure("give a JOB file to run, or --resume RUN_DIR")
         from planner.capacity.queue_spec import is_queue_file

@@ -59,6 +59,9 @@ def resume_queue_command(args: argparse.Namespace, console: Console, tuning: Any
         if given is not None:
             raise PlannerError(f"{args.resume}: is a queue's run directory; {flag} goes with one job "
                                f"(resume that job's run directory, {args.resume}/JOB)")
+    if args.held_from is not None:
+        raise PlannerError(f"{args.resume}: is a queue's run directory; its jobs run on the reservations of the "
+                           "queue file's [[reservation]] tables, which --held-from does not change")
     run_root = Path(args.resume)
     if args.detach:
         queue_record.read(run_root)  # a damaged record is named here, not in the background's log

@@ -17,7 +17,8 @@ Kinds: ``run_started``, ``run_resumed``, ``plan``, ``decision``, ``replan``,
 ``notice``, ``checkpoint_request``, ``launch_end``, ``throughput``, ``preemption``,
 ``failure``, ``budget_cap``, ``recovered``, ``run_end``, ``tracking_problem`` (a tracker could not
 be set up, rewound or given the run report; the run goes on, its end is unchanged),
-``tracking_rewind`` (before a resuming launch, a tracker's values past its step were set apart).
+``tracking_rewind`` (before a resuming launch, a tracker's values past its step were set apart),
+``held_changed`` (`--resume --held-from` gave the run other held reservations: ``added``, ``removed``).
 """
 
 from __future__ import annotations

@@ -77,16 +77,21 @@ def move_deadline(run_dir: str | Path, hours_from_now: float, *, clock: Clock | 
         raise RunStateError(f"{run_dir}: the run stopped at its budget cap, which a later deadline does not lift. "
                             f"To fix: pass a larger budget too, `planner run --resume {run_dir} --budget-usd USD "
                             f"--deadline-in {hours_from_now:g}`.")
-    if clock is None:  # the run's clock: simulated hours, its paused spells left out
-        clock = WallClock(state.origin, state.time_scale)
-        clock.pauses = [list(p) for p in state.clock_pauses]
-        clock.resume()
+    clock = clock or run_clock(state)
     _set_constraint(state, "deadline_hours", clock.elapsed_hours() + hours_from_now,
                     flag=f"--deadline-in {hours_from_now:g}")
     if state.status == "infeasible":
         _reopen(state)
     save_state(run_dir, state)
     return state
+
+
+def run_clock(state: RunState) -> WallClock:
+    """The run's clock, as its controller counts it: simulated time, its paused spells left out."""
+    clock = WallClock(state.origin, state.time_scale)
+    clock.pauses = [list(p) for p in state.clock_pauses]
+    clock.resume()
+    return clock
 
 
 def reopen_stopped(run_dir: str | Path) -> tuple[str, str | None] | None:

@@ -424,6 +424,7 @@ _SHOWN = {
     "phase_end": "phase end at step {step}: {pool} is left after {hours} h",
     "too_slow": "too slow for the deadline: {pool} is left ({reason})",
     "held_start": "held capacity started: {pool} is left ({reason})",
+    "held_changed": "held reservations changed on resume: {change}",
     "failure": "failure {failures} of {max_restarts} allowed: {cause}",
     "gpus_unmatched": "launch {launch}: {message}",
     "steps_unmatched": "launch {launch}: {message}",
