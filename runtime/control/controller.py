@@ -300,6 +300,8 @@ class Controller:
                 following.release(self, record, record.node_objects(), reason="cancelled")
                 record.end_step = self.store.latest_step() or 0
                 record.outcome, record.reason = "cancelled", cause
+                # The pace it trained at is the resumed run's to plan with: the next launch's reports replace `live`.
+                launch_end.measure(self, record, self.workers.status(record.launch_id))
         except KeyboardInterrupt:
             pass  # a second Ctrl-C: skip the checkpoint; _close still releases the nodes
         finally:  # also after an error (it propagates): the run must not stay "running"

@@ -64,7 +64,7 @@ def classify(controller: Controller, record: LaunchRecord, statuses: Sequence[No
     else:
         codes = ", ".join(f"{s.node_id}: {s.returncode}" for s in statuses)
         outcome, reason = contract.Outcome.FAILED, f"workers exited ({codes}){record.log_cause()}"
-    _measure(controller, record, status)
+    measure(controller, record, status)
     ended = status is not None and status.state != "running"
     reached = status.step if ended and status is not None else _estimate_step(controller, record, status)
     lost = max(0, reached - committed)
@@ -114,7 +114,9 @@ def _estimate_step(controller: Controller, record: LaunchRecord, status: contrac
     return min(reached, math.ceil(job.workload.amount / per_step))
 
 
-def _measure(controller: Controller, record: LaunchRecord, status: contract.RunStatus | None) -> None:
+def measure(controller: Controller, record: LaunchRecord, status: contract.RunStatus | None) -> None:
+    """Fold the ended launch's pace into what the run has measured (``state.measured``): from its workers'
+    final report (``status``), else from their last one while it ran (``state.live``)."""
     live, controller.state.live = controller.state.live, None  # the launch's final measure replaces it
     job = controller.job
     if record.training_at is None or record.training_step is None:

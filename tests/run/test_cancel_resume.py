@@ -28,7 +28,7 @@ from runtime.control.reopen import move_deadline, raise_budget, reopen_stopped
 from runtime.control.run_state import RunStateError, load_state, save_state
 from runtime.training import contract
 from runtime.training.store import CheckpointStore
-from tests.run.fake_run import new_run, open_run, script, start_run
+from tests.run.fake_run import SCALE, SPEED, new_run, open_run, script, start_run
 from tests.run.helpers import (
     REPO,
     digits_entrypoint,
@@ -94,6 +94,35 @@ def test_ctrl_c_checkpoints_releases_and_resume_finishes_the_run(tmp_path: Path)
     assert [e["status"] for e in resumed.events("run_end")] == ["cancelled", "completed"]
     assert [e["steps"] for e in resumed.events("run_end")] == [committed, 300]
     _assert_billed_once(run.run_dir)
+
+
+def test_the_pace_a_cancelled_launch_trained_at_stays_measured_after_the_resume(tmp_path: Path) -> None:
+    """Workers three times slower than the job's table: what the cancelled launch measured is folded into
+    the run's measurement, not dropped when the resumed launch's first report replaces its last one."""
+    slow = script(steps_per_s=SPEED * SCALE / 3, checkpoint_every=1000)
+    run = start_run(tmp_path, slow)
+    real_poll = run.provider.poll
+
+    def poll(nodes):
+        workers = run.provider._launches.get("l-1")
+        if not run.events("checkpoint_request") and workers is not None and workers.step >= 150:
+            raise KeyboardInterrupt
+        return real_poll(nodes)
+
+    run.provider.poll = poll
+    with pytest.raises(KeyboardInterrupt):
+        run.run()
+    state = load_state(run.run_dir)
+    assert state.status == "cancelled" and state.measured is not None
+    assert state.measured.steps == state.steps >= 150
+    assert state.measured.units / state.measured.hours == pytest.approx(SPEED / 3 * 3600, rel=0.05)
+
+    reopen_stopped(run.run_dir)
+    summary = open_run(run.run_dir, slow, at=run.clock.wall() + 1).run()
+    assert summary["status"] == "completed"
+    measured = load_state(run.run_dir).measured
+    assert measured is not None and measured.steps == 300  # both launches' steps, each counted once
+    assert measured.units / measured.hours == pytest.approx(SPEED / 3 * 3600, rel=0.05)
 
 
 @pytest.mark.parametrize("write_s", [None, 40.0])
