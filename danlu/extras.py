@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from types import ModuleType
 
-__all__ = ["MissingExtra", "require"]
+__all__ = ["MissingExtra", "require", "require_installed"]
 
 
 class MissingExtra(RuntimeError):
@@ -23,10 +24,7 @@ def require(module: str, extra: str, *, feature: str) -> ModuleType:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
         missing = exc.name or module
-        raise MissingExtra(
-            f"{feature} needs {missing.split('.')[0]}, which is not installed. To fix: pip install 'danlu[{extra}]' "
-            f"(in a checkout of danlu: pip install -e '.[{extra}]')"
-        ) from None
+        raise _not_installed(missing.split(".")[0], extra, feature) from None
     except ImportError:
         pass
     try:
@@ -34,3 +32,16 @@ def require(module: str, extra: str, *, feature: str) -> ModuleType:
     except ImportError as exc:
         raise MissingExtra(f"{feature}: importing {module} failed: {exc}. To fix: reinstall it with "
                            f"pip install --force-reinstall 'danlu[{extra}]'") from None
+
+
+def require_installed(module: str, extra: str, *, feature: str) -> None:
+    """Raise :class:`MissingExtra` naming ``pip install 'danlu[extra]'`` when ``module`` is not installed,
+    without importing it: for a process that needs it only in the processes it starts (the controller's
+    nodes import torch; the controller, which runs for the whole job, should not hold it)."""
+    if importlib.util.find_spec(module) is None:
+        raise _not_installed(module, extra, feature)
+
+
+def _not_installed(module: str, extra: str, feature: str) -> MissingExtra:
+    return MissingExtra(f"{feature} needs {module}, which is not installed. To fix: pip install 'danlu[{extra}]' "
+                        f"(in a checkout of danlu: pip install -e '.[{extra}]')")

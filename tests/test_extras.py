@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import sys
 
 import pytest
 
@@ -44,3 +45,12 @@ def test_an_installed_module_that_keeps_failing_says_why_not_that_it_is_missing(
     message = str(caught.value)
     assert "not installed" not in message
     assert message.startswith("[tracking.mlflow]: importing json failed: libfoo.so: cannot open shared object file")
+
+
+def test_a_module_needed_only_by_the_processes_started_is_checked_without_importing_it(monkeypatch) -> None:
+    monkeypatch.delitem(sys.modules, "this", raising=False)  # the stdlib's Zen: importing it prints
+    extras.require_installed("this", "train", feature="planner run")
+    assert "this" not in sys.modules
+    with pytest.raises(MissingExtra, match=r"^planner run needs danlu_no_such_module, which is not installed\. "
+                                           r"To fix: pip install 'danlu\[train\]'"):
+        extras.require_installed("danlu_no_such_module", "train", feature="planner run")

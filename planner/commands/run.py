@@ -166,7 +166,7 @@ def handle(args: argparse.Namespace, console: Console) -> int:
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
-    from danlu.extras import require
+    from danlu.extras import require, require_installed
     from runtime.control import detach, held_update, queue_held
     from runtime.control.chaos import parse_chaos
     from runtime.control.controller import Controller, Tuning
@@ -181,9 +181,10 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     from runtime.control.run_state import load_state
     from runtime.errors import RuntimeFailure
 
-    # The controller reads checkpoints through fsspec; the nodes it starts need torch.
+    # The controller reads checkpoints through fsspec; the nodes it starts need torch, which the controller
+    # only checks for: importing it would cost every `planner run` a second and its controller ~180 MB.
     require("fsspec", "train", feature="planner run")
-    require("torch", "train", feature="planner run")
+    require_installed("torch", "train", feature="planner run")
     tuning = Tuning(cooldown_minutes=args.cooldown, rdzv_timeout_s=args.rdzv_timeout)
     lock: detach.ControllerLock | None = None
     queue: queue_held.QueueHeld | None = None  # the queue whose held nodes a resumed job of it shares
