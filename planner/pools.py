@@ -377,7 +377,8 @@ def _held_configs(job, work, catalog, now: dt.datetime, builder: _Builder, warni
             warnings.append(f"purchase.held[{i}]: starts {when(held.starts_at)}; not in this plan (a run re-plans "
                             "then and moves onto it where that costs less)")
             continue
-        out += builder.configs(Pool.held(o, hours_left=hours_left), o, None, max_nodes=held.count)
+        pool = Pool.held(o, hours_left=hours_left, reservation=held.reservation_id)
+        out += builder.configs(pool, o, None, max_nodes=held.count)
     return out
 
 

@@ -49,6 +49,10 @@ class Pool:
     hourly_usd: float
     term_usd: float = 0.0
     term_hours: float | None = None
+    # A held pool's reservation in its cloud (``[[purchase.held]]`` reservation_id), which its launches target:
+    # two reservations of one instance type are two pools, each with its own count and end. None: any other
+    # pool, or held capacity the cloud applies by itself (a regional RI, a savings plan, an open ODCR).
+    reservation: str | None = None
 
     def __post_init__(self) -> None:
         if self.purchase not in PURCHASES:
@@ -61,6 +65,8 @@ class Pool:
             raise PoolError(f"term_hours={self.term_hours!r} must be a finite number > 0")
         if not (isinstance(self.gpus_per_node, int) and self.gpus_per_node >= 1):
             raise PoolError(f"gpus_per_node={self.gpus_per_node!r} must be an integer >= 1")
+        if self.reservation is not None and self.purchase != HELD:
+            raise PoolError(f"reservation={self.reservation!r} is for a {HELD} pool, not {self.purchase}")
 
     @classmethod
     def of(cls, offering: Offering, purchase: str) -> Pool | None:
@@ -78,12 +84,13 @@ class Pool:
         )
 
     @classmethod
-    def held(cls, offering: Offering, *, hours_left: float) -> Pool:
-        """Held reserved capacity of ``offering``'s type, usable for ``hours_left`` more hours."""
+    def held(cls, offering: Offering, *, hours_left: float, reservation: str | None = None) -> Pool:
+        """Held reserved capacity of ``offering``'s type, usable for ``hours_left`` more hours (in the
+        cloud's ``reservation``, when its launches target one)."""
         return cls(
             cloud=offering.cloud, region=offering.region, zone=None, instance_type=offering.instance_type,
             gpu=offering.gpu, gpus_per_node=offering.gpus_per_node, purchase=HELD, hourly_usd=0.0,
-            term_hours=hours_left,
+            term_hours=hours_left, reservation=reservation,
         )
 
     @property
@@ -92,8 +99,9 @@ class Pool:
 
     @property
     def id(self) -> str:
-        """The pool without its purchase option: ``aws:us-east-1/use1-az1:g4dn.xlarge``."""
-        return f"{self.cloud}:{self.location}:{self.instance_type}"
+        """The pool without its purchase option: ``aws:us-east-1/use1-az1:g4dn.xlarge``; a held pool in a
+        reservation it targets ends with it, ``aws:us-east-1:p5.48xlarge@cr-0123456789abcdef0``."""
+        return pool_id(self.cloud, self.location, self.instance_type, self.reservation)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -101,12 +109,18 @@ class Pool:
         return (self.id, self.purchase)
 
     def label(self, nodes: int | None = None) -> str:
-        """``2x g4dn.xlarge spot aws:us-east-1/use1-az1`` (no count when ``nodes`` is None)."""
+        """``2x g4dn.xlarge spot aws:us-east-1/use1-az1`` (no count when ``nodes`` is None); a reservation
+        by the last part of its name (a GCE or Azure one is a path)."""
         text = f"{self.instance_type} {self.purchase} {self.cloud}:{self.location}"
+        if self.reservation:
+            text += f" {self.reservation.rstrip('/').rsplit('/', 1)[-1]}"
         return f"{nodes}x {text}" if nodes is not None else text
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if self.reservation is None:  # as every pool but a targeted held one was written before it had one
+            del data["reservation"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Pool:
@@ -119,6 +133,7 @@ class Pool:
                 gpus_per_node=int(data["gpus_per_node"]), purchase=str(data["purchase"]),
                 hourly_usd=float(data["hourly_usd"]), term_usd=float(data.get("term_usd") or 0.0),
                 term_hours=None if data.get("term_hours") is None else float(data["term_hours"]),
+                reservation=None if data.get("reservation") is None else str(data["reservation"]),
             )
         except KeyError as exc:
             raise PoolError(f"key {exc.args[0]!r} is missing") from None
@@ -126,3 +141,9 @@ class Pool:
             if isinstance(exc, PoolError):
                 raise
             raise PoolError(str(exc)) from None
+
+
+def pool_id(cloud: str, location: str, instance_type: str, reservation: str | None = None) -> str:
+    """A pool's :attr:`Pool.id` from its parts (a ``[[purchase.held]]`` entry's pool: its cloud, region,
+    instance type and reservation_id)."""
+    return f"{cloud}:{location}:{instance_type}" + (f"@{reservation}" if reservation else "")

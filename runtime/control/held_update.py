@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.job import HeldReservation, JobSpec, load_job, when
-from pricing.pool import HELD
+from pricing.pool import HELD, pool_id
 from pricing.sources import resolve_catalog
 from runtime.control import queue_held
 from runtime.control.clock import Clock
@@ -112,7 +112,7 @@ def apply(update: HeldUpdate, *, clock: Clock | None = None) -> RunState:
     old = state.job.get("purchase", {}).get("held", [])
     state.job = {**state.job, "purchase": {**state.job.get("purchase", {}), "held": update.held}}
     # A held pool left for the rest of the run (its reservation ended) or refused (full) may serve again.
-    ids = {f"{h['cloud']}:{h['region']}:{h['instance_type']}" for h in (*old, *update.held)}
+    ids = {pool_id(h["cloud"], h["region"], h["instance_type"], h.get("reservation_id")) for h in (*old, *update.held)}
     state.left_out = {pid: until for pid, until in state.left_out.items() if pid not in ids}
     state.refused = {p: pools for p, pools in state.refused.items() if p != HELD}
     state.set_pool(None, None)

@@ -69,13 +69,14 @@ def phase_hours(plan: Mapping[str, Any] | None, pool: Pool, job: JobSpec, used_h
 
 def held_reservation(job: JobSpec, pool: Pool, now: float) -> HeldReservation | None:
     """The ``[[purchase.held]]`` entry the held ``pool`` runs on at ``now`` (the run clock's POSIX
-    seconds; None: not a held pool).
+    seconds; None: not a held pool). A launch on it must end at its ``usable_until``.
 
-    Of several entries for the same instance type that have started, the last to end: the planner
-    sees one pool for them, with the hours of that one. A launch on it must end at its ``usable_until``."""
+    A pool in a reservation its launches target is that entry's alone. Of several entries for the same
+    instance type that name none and have started, the last to end: the planner sees one pool for them,
+    with the hours of that one."""
     if pool.purchase != HELD:
         return None
-    entries = [h for h in job.purchase.held if h.started(run_time(now))
+    entries = [h for h in job.purchase.held if h.started(run_time(now)) and h.reservation_id == pool.reservation
                and (h.cloud, h.region, h.instance_type) == (pool.cloud, pool.region, pool.instance_type)]
     return max(entries, key=lambda h: h.usable_until) if entries else None
 

@@ -29,7 +29,6 @@ returning its :class:`~runtime.providers.cloud_api.ComputeAPI`. Everything else 
 from __future__ import annotations
 
 import abc
-import datetime as dt
 import json
 import logging
 import re
@@ -250,16 +249,17 @@ class CloudProvider(Provider):
 
     # -- Provider ---------------------------------------------------------------------------
     def _reservation(self, pool: Pool) -> HeldReservation | None:
-        """The reservation a launch on ``pool`` runs in: the first ``[[purchase.held]]`` entry for its
-        instance type that names one (``reservation_id``) and has started and not ended on the run's clock. None:
-        not a held pool, or a reservation the cloud applies by itself (a regional RI, an open ODCR)."""
-        if pool.purchase != HELD:
+        """The reservation a launch on ``pool`` runs in: the ``[[purchase.held]]`` entry whose
+        ``reservation_id`` the pool targets. None: not a held pool, or a reservation the cloud applies by
+        itself (a regional RI, an open ODCR)."""
+        if pool.purchase != HELD or pool.reservation is None:
             return None
-        now = self.clock.now()
-        return next((h for h in self.held if h.reservation_id and h.usable_until.timestamp() > now
-                     and h.started(dt.datetime.fromtimestamp(now, dt.UTC))
-                     and (h.cloud, h.region, h.instance_type) == (pool.cloud, pool.region, pool.instance_type)),
-                    None)
+        found = next((h for h in self.held if h.reservation_id == pool.reservation
+                      and (h.cloud, h.region, h.instance_type) == (pool.cloud, pool.region, pool.instance_type)), None)
+        if found is None:  # launched untargeted, its nodes would run (and bill) outside the reservation
+            raise ProviderError(f"{pool.label()}: reservation {pool.reservation} is not among the job's "
+                                "[[purchase.held]] entries for that instance type and region")
+        return found
 
     def provision(self, pool: Pool, *, nodes: int, launch_id: str) -> list[Node]:
         if not self._swept:

@@ -171,45 +171,53 @@ TARGET = "CapacityReservationSpecification.CapacityReservationTarget.CapacityRes
 def test_a_held_pool_runs_in_the_reservation_its_entry_names_and_a_capacity_block_as_one(moto, tmp_path: Path) -> None:
     """EC2 starts an instance that names no reservation as an ordinary on-demand one, billed at full
     price while the ledger books the held node at $0: a held pool whose `[[purchase.held]]` names its
-    reservation must target it, and a Capacity Block needs the `capacity-block` market type too."""
+    reservation must target it, and a Capacity Block needs the `capacity-block` market type too. Two
+    reservations of one instance type are two pools, each launched into its own."""
     from planner.job import HeldReservation
 
     now = dt.datetime.now(dt.UTC)
-    held = Pool("aws", "us-east-1", None, "g4dn.xlarge", "T4", 1, "reserved_held", 0.0)
+
+    def held(reservation: str | None) -> Pool:
+        return Pool("aws", "us-east-1", None, "g4dn.xlarge", "T4", 1, "reserved_held", 0.0, reservation=reservation)
 
     def entry(**extra) -> HeldReservation:
-        return HeldReservation(cloud="aws", region="us-east-1", instance_type="g4dn.xlarge", count=1, **extra)
+        return HeldReservation(cloud="aws", region="us-east-1", instance_type="g4dn.xlarge", count=1,
+                               until=now + dt.timedelta(days=2), **extra)
 
+    blocks = (entry(reservation_id="cr-0aaaaaaaaaaaaaaaa", capacity_block=True),
+              entry(reservation_id="cr-0bbbbbbbbbbbbbbbb", capacity_block=True))
+    two = (entry(reservation_id="cr-0cccccccccccccccc"), entry(reservation_id="cr-0dddddddddddddddd"))
     cases = [
-        # The block's warning (40 minutes before its end) is past: not its instances any more.
-        ((entry(until=now + dt.timedelta(minutes=30), reservation_id="cr-0aaaaaaaaaaaaaaaa", capacity_block=True),
-          entry(until=now + dt.timedelta(days=2), reservation_id="cr-0bbbbbbbbbbbbbbbb", capacity_block=True)),
-         "cr-0bbbbbbbbbbbbbbbb", "capacity-block"),
-        ((entry(until=now + dt.timedelta(days=2), reservation_id="cr-0cccccccccccccccc"),),
-         "cr-0cccccccccccccccc", None),
-        # One that has not started yet is not the cloud's to launch into.
-        ((entry(until=now + dt.timedelta(days=2), starts=now + dt.timedelta(days=1),
-                reservation_id="cr-0dddddddddddddddd"),
-          entry(until=now + dt.timedelta(days=2), reservation_id="cr-0eeeeeeeeeeeeeeee")),
-         "cr-0eeeeeeeeeeeeeeee", None),
-        ((entry(until=now + dt.timedelta(days=2)),), None, None),  # a regional RI: EC2 applies it by itself
+        (blocks, held("cr-0bbbbbbbbbbbbbbbb"), "cr-0bbbbbbbbbbbbbbbb", "capacity-block"),
+        (two, held("cr-0cccccccccccccccc"), "cr-0cccccccccccccccc", None),
+        (two, held("cr-0dddddddddddddddd"), "cr-0dddddddddddddddd", None),  # not the first of its type
+        ((entry(),), held(None), None, None),  # a regional RI: EC2 applies it by itself
     ]
-    for i, (entries, target, market) in enumerate(cases):
+    for i, (entries, pool_, target, market) in enumerate(cases):
         api, _ = compute()
         bodies = _sent(api.client("us-east-1"))
         options = AwsOptions(image_id=IMAGE, stage=f"s3://{moto.bucket}/_danlu/run-{i}")
         cloud = AwsProvider(api, run_id=f"run-{i}", options=options, state_dir=tmp_path / f"p{i}", held=entries)
-        cloud.provision(held, nodes=1, launch_id="l-1")
+        cloud.provision(pool_, nodes=1, launch_id="l-1")
         (body,) = bodies
         assert body.get(TARGET) == ([target] if target else None)
         assert body.get("InstanceMarketOptions.MarketType") == ([market] if market else None)
         cloud.close()
         api.delete([i.id for i in api.list_tagged(TAG_RUN, f"run-{i}")])
+    # A pool whose reservation the job no longer lists is refused, not launched untargeted and billed.
+    api, _ = compute()
+    bodies = _sent(api.client("us-east-1"))
+    cloud = AwsProvider(api, run_id="run-gone", options=AwsOptions(image_id=IMAGE, stage=f"s3://{moto.bucket}/_d/g"),
+                        state_dir=tmp_path / "gone", held=two)
+    with pytest.raises(ProviderError, match="reservation cr-0eeeeeeeeeeeeeeee is not among the job's"):
+        cloud.provision(held("cr-0eeeeeeeeeeeeeeee"), nodes=1, launch_id="l-1")
+    assert bodies == []
+    cloud.close()
     # Spot and on-demand pools never target a held reservation of the same instance type.
     api, _ = compute()
     bodies = _sent(api.client("us-east-1"))
     cloud = AwsProvider(api, run_id="run-od", options=AwsOptions(image_id=IMAGE, stage=f"s3://{moto.bucket}/_danlu/od"),
-                        state_dir=tmp_path / "od", held=cases[1][0])
+                        state_dir=tmp_path / "od", held=two)
     cloud.provision(pool(zone=None, purchase="on_demand"), nodes=1, launch_id="l-1")
     assert TARGET not in bodies[0] and "InstanceMarketOptions.MarketType" not in bodies[0]
     cloud.close()

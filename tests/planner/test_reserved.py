@@ -183,6 +183,30 @@ def test_quote_json_phases_read_back_as_pools_term_included():
     assert shown["purchase"] == HELD and shown["term_hours"] == (dt.date(2027, 3, 1) - TODAY).days * 24
 
 
+def test_two_reservations_of_one_type_are_two_pools_each_with_its_count_end_and_id():
+    """A launch runs in one reservation: two of the same instance type cannot be pooled into one launch
+    of their summed count (the cloud would refuse the nodes past one's count), and each ends on its own day."""
+    from planner.report import plan_json
+    from pricing.pool import Pool
+
+    short = {**HELD_2, "count": 1, "until": (TODAY + dt.timedelta(days=1)).isoformat(),
+             "reservation_id": "cr-0aaaaaaaaaaaaaaaa"}
+    long = {**HELD_2, "count": 2, "until": (TODAY + dt.timedelta(days=3)).isoformat(),
+            "reservation_id": "cr-0bbbbbbbbbbbbbbbb"}
+    q = make_quote(job(2e10, [short, long]), CATALOG, top=0, frontier_points=0, now=NOW)
+    held = {p.config.pool.id: p for p in q.plan.solution.phases if p.config.purchase == HELD}
+    a, b = (held[f"aws:us-east-1:p4d.24xlarge@cr-0{c * 16}"] for c in "ab")  # each a phase of its own
+    assert (a.config.nodes, a.config.pool.term_hours) == (1, 24.0)
+    assert (b.config.nodes, b.config.pool.term_hours) == (2, 72.0)
+    shown = {s["reservation"]: s for s in plan_json(q.plan)["phases"] if s["purchase"] == HELD}
+    assert Pool.from_dict(shown["cr-0bbbbbbbbbbbbbbbb"]) == b.config.pool
+    assert b.config.pool.label(2) == "2x p4d.24xlarge reserved_held aws:us-east-1 cr-0bbbbbbbbbbbbbbbb"
+    # Untargeted entries (the cloud applies them by themselves) stay one pool of their type.
+    plain = make_quote(job(5e9, [HELD_2]), CATALOG, top=0, frontier_points=0, now=NOW)
+    (phase,) = plain.plan.solution.phases
+    assert phase.config.pool.id == "aws:us-east-1:p4d.24xlarge" and "reservation" not in plan_json(plain.plan)["phases"][0]
+
+
 def test_a_configuration_takes_its_prices_and_term_from_its_pool():
     q = make_quote(job(1e9, allow=("reserved_1y",)), CATALOG, top=0, frontier_points=0, now=NOW)
     cfg = q.plan.solution.phases[0].config

@@ -20,7 +20,7 @@ from runtime.control.held import HeldAllotment, Window
 from runtime.control.replan import raised_rate
 from runtime.control.run_state import load_state, save_state
 from runtime.providers.fake import Reclaim
-from tests.run.fake_run import AWS_A, SCALE, billed, new_run, open_run, script
+from tests.run.fake_run import AWS_A, SCALE, billed, new_run, open_run, phase, script
 from tests.run.helpers import write_catalog
 
 HELD = "aws:us-east-1:g4dn.xlarge"
@@ -86,7 +86,9 @@ def test_a_capacity_block_is_left_forty_minutes_before_its_end_when_aws_warns_of
     summary = run.run()
     assert summary["status"] == "completed" and summary["steps"] == 300
     first, second = summary["launches"]
-    assert first["pool_id"] == HELD and first["outcome"] == "phase_end" and summary["lost_steps"] == 0
+    # The pool is the block's own: another reservation of the type would be another pool.
+    assert first["pool_id"] == f"{HELD}@cr-0123456789abcdef0"
+    assert first["outcome"] == "phase_end" and summary["lost_steps"] == 0
     assert second["pool_id"] == AWS_A and second["start_step"] == first["end_step"] > 0
     stop = run.events("checkpoint_request")[0]
     assert "capacity block cr-0123456789abcdef0 ends at 2031-03-10 11:30 UTC" in stop["reason"]
@@ -127,6 +129,26 @@ def test_a_reservation_that_starts_while_the_job_trains_on_spot_takes_it_over_at
     lines = console.export_text()
     assert f"held capacity started: {first['pool']} is left (held capacity started at" in lines
     assert "policy danlu: re-plan over every pool the job allows -- held capacity started: re-plan now" in lines
+
+
+def test_two_reservations_of_one_type_each_end_the_launches_in_them(tmp_path: Path) -> None:
+    """The plan puts the first launch in the reservation that ends first: the launch leaves it then, not
+    when the other one of its instance type ends, and the run goes on in the other one, still free."""
+    a, b = "cr-0aaaaaaaaaaaaaaaa", "cr-0bbbbbbbbbbbbbbbb"
+    tables = (held_table(UNTIL, f'reservation_id = "{a}"')
+              + held_table(UNTIL + dt.timedelta(days=1), f'reservation_id = "{b}"'))
+    run_dir = new_run(tmp_path, restart_minutes=0.1, extra=tables,
+                      plan=phase("reserved_held", hourly_usd=0.0, reservation=a))
+    save_state(run_dir, load_state(run_dir).model_copy(update={"origin": ENDS - LEAD_S}))
+    run = open_run(run_dir, script())
+    summary = run.run()
+    assert summary["status"] == "completed" and summary["steps"] == 300
+    first, second = summary["launches"]
+    assert (first["pool_id"], first["outcome"]) == (f"{HELD}@{a}", "phase_end")
+    assert f"the held reservation ends on {UNTIL}" in run.events("checkpoint_request")[0]["reason"]
+    assert ENDS <= next(e for e in run.events("node_down") if e["launch"] == "l-1")["t"] <= ENDS + 5 * SCALE
+    assert second["pool_id"] == f"{HELD}@{b}" and second["start_step"] == first["end_step"] > 0
+    assert summary["cost_usd"] == 0.0
 
 
 def test_hours_on_a_held_node_are_not_exposure_of_the_spot_pool_with_the_same_id(tmp_path: Path) -> None:
